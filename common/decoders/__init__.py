@@ -1,0 +1,32 @@
+"""Decoder registry: ``get_decoder(name, model, tokenizer, **cfg)``.
+
+Names map to ``module:Class`` strings so paper packages register decoders without
+``common`` importing them eagerly.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import unknown
+from .base import DecodeOutput, Decoder, eos_ids
+
+DECODERS: dict[str, str] = {
+    "vanilla": "common.decoders.greedy:Vanilla",
+    "hf_generate": "common.decoders.hf:HFGenerate",
+    "prompt_lookup": "common.decoders.hf:PromptLookup",
+}
+
+
+def decoder_class(name: str) -> type[Decoder]:
+    if name not in DECODERS:
+        raise unknown("decoder", name, DECODERS)
+    mod, cls = DECODERS[name].split(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def get_decoder(name: str, model, tokenizer=None, **cfg) -> Decoder:
+    """Instantiate the decoder registered as ``name``."""
+    return decoder_class(name)(model, tokenizer, **cfg)
+
+
+__all__ = ["DECODERS", "DecodeOutput", "Decoder", "decoder_class", "eos_ids", "get_decoder"]

@@ -1,0 +1,75 @@
+"""transformers' own generation, wrapped under the contract (peers, not rewrites).
+
+``hf_generate`` is ``model.generate(do_sample=False)``; ``prompt_lookup`` adds
+``prompt_lookup_num_tokens`` (n-gram drafts copied from the prompt, verified by the model).
+Steps and accepted lengths are read from the cache length seen at each model forward.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import DecodeOutput, Decoder
+from ..errors import check_range
+
+
+class _ForwardProbe:
+    """Records the committed cache length at each forward of ``model`` while active."""
+
+    def __init__(self, model):
+        self.model, self.lengths = model, []
+
+    def __enter__(self):
+        def hook(_mod, args, kwargs):
+            cache = kwargs.get("past_key_values")
+            self.lengths.append(cache.get_seq_length() if cache is not None else 0)
+        self.handle = self.model.register_forward_pre_hook(hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+    def accept_lengths(self, prompt_len: int, new_tokens: int) -> list[int]:
+        """Tokens committed per forward: after forward i, ``lengths[i+1] - prompt_len + 1``
+        tokens exist (the cache holds all but the newest); the last forward ends the run."""
+        done = [max(0, n - prompt_len + 1) for n in self.lengths[1:]] + [new_tokens]
+        prev, out = 0, []
+        for d in done:
+            out.append(d - prev)
+            prev = d
+        return out
+
+
+class HFGenerate(Decoder):
+    name = "hf_generate"
+    lossless = True
+
+    def _kwargs(self) -> dict:
+        return {}
+
+    def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        with _ForwardProbe(self.model) as probe:
+            out = self.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                      do_sample=False, max_new_tokens=max_new_tokens,
+                                      eos_token_id=sorted(self.eos) or None,
+                                      pad_token_id=min(self.eos) if self.eos else None,
+                                      temperature=None, top_p=None, top_k=None, **self._kwargs())
+        tokens, _ = self.truncate(out[0, input_ids.shape[1]:].tolist(), max_new_tokens)
+        acc = probe.accept_lengths(input_ids.shape[1], len(tokens))
+        return DecodeOutput(tokens, {"steps": len(acc), "accept_lengths": acc})
+
+
+class PromptLookup(HFGenerate):
+    name = "prompt_lookup"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"num_tokens": 10, "max_ngram": 2}
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        check_range("num_tokens", self.cfg["num_tokens"], 1)
+        check_range("max_ngram", self.cfg["max_ngram"], 1)
+
+    def _kwargs(self) -> dict:
+        return {"prompt_lookup_num_tokens": self.cfg["num_tokens"],
+                "max_matching_ngram_size": self.cfg["max_ngram"]}

@@ -1,0 +1,35 @@
+"""One error type for bad user input, and the CLI wrapper that turns it into one line.
+
+Every entry point (``python -m ...``, Snakemake rule scripts) runs under :func:`cli_main`,
+so an unknown model, dataset, decoder, profile or an out-of-range setting ends with a single
+``error: ...`` line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Iterable
+
+
+class UserError(Exception):
+    """Bad input from the user: says what is wrong and what would be valid."""
+
+
+def unknown(kind: str, name: str, valid: Iterable[str]) -> UserError:
+    """Build the standard 'unknown X' error naming the valid choices."""
+    return UserError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(valid))}")
+
+
+def check_range(name: str, value, lo=None, hi=None) -> None:
+    """Raise UserError unless lo <= value <= hi (either bound may be None)."""
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
+        raise UserError(f"{name}={value} is out of range; valid: {bounds}")
+
+
+def cli_main(fn: Callable[[], None]) -> None:
+    """Run ``fn``; on UserError print one line and exit 2."""
+    try:
+        fn()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

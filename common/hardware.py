@@ -1,0 +1,58 @@
+"""Describe the machine a result came from, and measure peak memory of a call."""
+from __future__ import annotations
+
+import platform
+import threading
+
+import torch
+
+
+def describe(device: str = "cpu") -> str:
+    """One line naming the hardware, e.g. 'cpu: AMD EPYC 9454P (2 threads), torch 2.13.0+cpu'."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(torch.device(device))
+        return f"{device}: {name}, torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"cpu: {cpu} ({torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+class PeakMemory:
+    """Peak memory during a ``with`` block, in bytes.
+
+    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the process's resident set size sampled
+    every ``interval`` seconds by a background thread (torch's CPU allocations are invisible
+    to tracemalloc); ``peak`` is the largest RSS seen, model weights included.
+    """
+
+    def __init__(self, device: str = "cpu", interval: float = 0.002):
+        self.device, self.interval, self.peak = device, interval, 0
+
+    def __enter__(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        import psutil
+
+        proc, self._stop = psutil.Process(), threading.Event()
+        self.peak = proc.memory_info().rss
+
+        def sample():
+            while not self._stop.is_set():
+                self.peak = max(self.peak, proc.memory_info().rss)
+                self._stop.wait(self.interval)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.startswith("cuda"):
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            self._thread.join()

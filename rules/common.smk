@@ -1,0 +1,34 @@
+# Helpers shared by the rule files (named functions, no lambdas in rules).
+from pathlib import Path
+
+from common.models import MODELS, checkpoint_dir
+
+
+def artifact_outputs(aid):
+    """Files one artifact id writes under the profile's results root."""
+    spec = ARTIFACTS[aid]
+    base = f"{ROOT}/{spec['package']}"
+    out = [f"{base}/notebooks/{aid}.ipynb"]
+    if "table" in spec["outputs"]:
+        out += [f"{base}/tables/{aid}.md", f"{base}/tables/{aid}.csv"]
+    if "figure" in spec["outputs"]:
+        out += [f"{base}/figures/{aid}.png"]
+    return out
+
+
+def all_targets():
+    """The final target list: every registered artifact of the active profile."""
+    return [f for aid in ARTIFACTS for f in artifact_outputs(aid)]
+
+
+def model_files(wildcards=None):
+    """The converted checkpoint when the profile's model is embedded; nothing for hub models."""
+    spec = MODELS.get(P.model)
+    if spec is not None and spec.package:
+        return [str(checkpoint_dir(P.model) / "model.safetensors")]
+    return []
+
+
+def results_root_of(wildcards, output):
+    """The results root, read back from an artifact's notebook path (<root>/<pkg>/notebooks/x)."""
+    return str(Path(output.notebook).parents[2])

@@ -1,0 +1,16 @@
+# Cross-method benchmark: every decoder on the same model, prompts and machine.
+
+rule bench_cross:
+    input: model_files()
+    output: f"{ROOT}/cross/raw/bench.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bench_cross.log"
+    # All cores: timing rules never share the machine with another job.
+    threads: workflow.cores
+    params:
+        env=ENV, py=PY, p=P, c=P.cross, decoders=",".join(P.cross.decoders),
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        " --dataset {params.c.dataset} --n {params.c.n} --max-new-tokens {params.c.max_new_tokens}"
+        " --max-prompt-tokens {params.c.max_prompt_tokens} --dtype {params.p.dtype} --device {params.p.device}"
+        " --threads {params.p.threads} --profile {params.p.name} --out {output} > {log} 2>&1"

@@ -1,0 +1,12 @@
+# Preparation: the embedded model's GGUF -> fp32 safetensors checkpoint in the git-ignored cache.
+
+rule prepare_model:
+    output: str(checkpoint_dir("{model}") / "model.safetensors")
+    conda: "../env.yml"
+    log: f"{LOGS}/prepare_model_{{model}}.log"
+    params: env=ENV, py=PY
+    shell: "{params.env} {params.py} -m common.models convert {wildcards.model} > {log} 2>&1"
+
+
+rule prepare:
+    input: model_files()

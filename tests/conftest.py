@@ -1,0 +1,25 @@
+"""Shared fixtures: a tiny random LLaMA for mechanics, the embedded model for integration."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from common.models import checkpoint_dir, convert_embedded, load_model, tiny_llama
+
+EMBEDDED = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """4-layer LLaMA, vocab 96, random weights (fp32)."""
+    torch.set_num_threads(2)
+    return tiny_llama(seed=0)
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """(model, tokenizer) of the embedded model; converts the GGUF once if needed (~40 s)."""
+    torch.set_num_threads(2)
+    if not (checkpoint_dir(EMBEDDED) / "model.safetensors").is_file():
+        convert_embedded(EMBEDDED)
+    return load_model(EMBEDDED)

@@ -1,0 +1,77 @@
+"""Command-line entry points end with one clear error line; the DAG plans and runs."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, **kw)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--model", "no-such-model", "--decoders", "vanilla", "--dataset", "mt-bench"], "unknown model 'no-such-model'"),
+    (["--model", "smollm2-135m-instruct", "--decoders", "vanilla", "--dataset", "nope"], "unknown dataset 'nope'"),
+    (["--model", "smollm2-135m-instruct", "--decoders", "vanilla", "--dataset", "squad"], "needs the Hugging Face hub"),
+    (["--model", "smollm2-135m-instruct", "--decoders", "vanilla", "--dataset", "mt-bench",
+      "--max-new-tokens", "0"], "max_new_tokens=0 is out of range"),
+    (["--model", "lmsys/vicuna-7b-v1.3", "--decoders", "vanilla", "--dataset", "mt-bench", "--n", "1"],
+     "not available offline"),
+])
+def test_bench_bad_input_one_line(tmp_path, args, msg):
+    out = tmp_path / "o.jsonl"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    r = run([sys.executable, "-m", "common.bench", *args, "--out", str(out)], env=env)
+    assert r.returncode == 2, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1 and msg in lines[0], r.stderr
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.model
+def test_bench_unknown_decoder_after_model_load(tmp_path, embedded):
+    out = tmp_path / "o.jsonl"
+    r = run([sys.executable, "-m", "common.bench", "--model", "smollm2-135m-instruct", "--decoders",
+             "vanilla,nope", "--dataset", "mt-bench", "--n", "1", "--out", str(out)])
+    assert r.returncode == 2 and "unknown decoder 'nope'; valid:" in r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("profile", ["smoke", "embedded", "paper"])
+def test_dag_plans_every_profile(profile):
+    r = run([*SNAKEMAKE, "-n", "all", "--config", f"profile={profile}"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cross_table" in r.stdout + r.stderr
+
+
+def test_dag_unknown_profile():
+    r = run([*SNAKEMAKE, "-n", "all", "--config", "profile=gpu"])
+    assert r.returncode != 0 and "unknown profile 'gpu'; valid: embedded, paper, smoke" in r.stderr
+
+
+def test_dag_lint():
+    r = run([*SNAKEMAKE, "--lint", "--config", "profile=smoke"])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.dag
+@pytest.mark.model
+def test_smoke_dag_end_to_end(embedded):
+    """The smoke profile runs the whole DAG: bench -> notebook -> table, from scratch."""
+    smoke = ROOT / ".cache" / "smoke" / "results"
+    shutil.rmtree(smoke, ignore_errors=True)
+    r = run([*SNAKEMAKE, "-j2", "all", "--config", "profile=smoke"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    md = (smoke / "cross" / "tables" / "cross.table.md").read_text()
+    assert "smollm2-135m-instruct" in md and "profile**: smoke" in md
+    for dec in ("vanilla", "hf_generate", "prompt_lookup"):
+        assert f"| {dec}" in md
+    assert (smoke / "cross" / "notebooks" / "cross.table.ipynb").is_file()
+    csv = (smoke / "cross" / "tables" / "cross.table.csv").read_text()
+    assert "2/2" in csv  # every lossless decoder equals vanilla on both smoke prompts

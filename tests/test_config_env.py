@@ -1,0 +1,74 @@
+"""Config validation, profiles, and the pins of requirements.txt vs env.yml."""
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.config import load_artifacts, load_profile
+from common.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", ["smoke", "embedded", "paper"])
+def test_profiles_validate(name):
+    p = load_profile(CFG, name)
+    assert p.name == name and p.cross.max_new_tokens >= 1 and p.cross.decoders
+
+
+def test_default_is_embedded_offline():
+    p = load_profile()
+    assert p.name == "embedded" and p.offline and p.device == "cpu" and p.results_root == "results"
+
+
+def test_unknown_profile():
+    with pytest.raises(UserError, match="unknown profile 'gpu'; valid: embedded, paper, smoke"):
+        load_profile(CFG, "gpu")
+
+
+@pytest.mark.parametrize("path,value,msg", [
+    (("cross", "max_new_tokens"), 0, "max_new_tokens"),
+    (("threads",), "two", "threads"),
+    (("dtype",), "int8", "dtype"),
+    (("cross", "typo_key"), 1, "typo_key"),
+])
+def test_invalid_config_one_line(path, value, msg):
+    cfg = copy.deepcopy(CFG)
+    d = cfg["profiles"]["smoke"]
+    for k in path[:-1]:
+        d = d[k]
+    d[path[-1]] = value
+    with pytest.raises(UserError, match=msg) as e:
+        load_profile(cfg, "smoke")
+    assert "\n" not in str(e.value)
+
+
+def _pins(lines):
+    pins = {}
+    for line in lines:
+        m = re.match(r"^\s*-?\s*([A-Za-z0-9_.\-]+)==([^\s#]+)", line)
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def test_env_yml_and_requirements_pin_the_same():
+    req = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    env = yaml.safe_load((ROOT / "env.yml").read_text())
+    pip_list = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert req and req == _pins(pip_list)
+    assert req["torch"] == "2.13.0"
+    assert "python=3.11" in env["dependencies"]
+
+
+def test_artifact_ids_are_catalogued():
+    """Every registered artifact id is one of shared/ARTIFACTS.md's (when shared/ is beside us)."""
+    catalogue = ROOT.parent / "shared" / "ARTIFACTS.md"
+    ids = set(load_artifacts())
+    assert "cross.table" in ids
+    if catalogue.is_file():
+        listed = set(re.findall(r"^\| ([a-z]+\.[\w.\-]+) \|", catalogue.read_text(), re.M))
+        assert ids <= listed, ids - listed
