@@ -31,7 +31,9 @@ STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--decoders", required=True, help="comma-separated registry names")
+    ap.add_argument("--decoders", required=True,
+                    help="comma-separated registry names; NAME@LABEL runs NAME under its own label "
+                         "and config (e.g. ppd_pipelined@k3), so one run can compare settings")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", help="dataset registry name")
     src.add_argument("--prompts", help="JSONL file of questions (question_id, category, turns)")
@@ -61,7 +63,15 @@ def run(args) -> list[dict]:
     samples = load_dataset_samples(dataset, n=args.n)
     torch.manual_seed(0)
     model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
-    decoders = {n: get_decoder(n, model, tok, **cfgs.get(n, {})) for n in names}
+    decoders = {n: get_decoder(n.split("@")[0], model, tok, **cfgs.get(n, {})) for n in names}
+    try:
+        return _bench(args, samples, model, tok, decoders, dataset)
+    finally:
+        for d in decoders.values():
+            d.close()
+
+
+def _bench(args, samples, model, tok, decoders, dataset) -> list[dict]:
     prompts = [encode_prompt(tok, s.turns[0], max_prompt_tokens=args.max_prompt_tokens).to(args.device)
                for s in samples]
     for d in decoders.values():  # warm-up: allocator, kernels, lazy inits

@@ -72,6 +72,9 @@ class Decoder:
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release resources held across calls (worker processes); a no-op by default."""
+
     def truncate(self, tokens: list[int], max_new_tokens: int) -> tuple[list[int], bool]:
         """Cut ``tokens`` after the first EOS or at the budget; return (tokens, finished)."""
         for i, t in enumerate(tokens):

@@ -1,0 +1,138 @@
+"""The one training loop: seeded, tqdm progress, checkpointed and resumable.
+
+Every trained component (PPD's intermediate heads, Medusa heads, the distilled draft model,
+FIRP's linear maps, prompt tokens) trains a small module on top of a frozen model through
+:func:`train`. A checkpoint holds the module, optimizer, scheduler, step, RNG state and the
+config it was trained with; resuming with another config is an error, not a silent mix.
+Resuming gives exactly the parameters of an uninterrupted run (same seed, same batches).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from tqdm import tqdm
+
+from .errors import UserError, check_range
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer and schedule (AdamW, linear warmup then linear decay, as in the papers)."""
+    lr: float = 1e-3
+    warmup_frac: float = 0.04
+    weight_decay: float = 0.0
+    epochs: int = 1
+    batch_size: int = 8
+    seed: int = 0
+    checkpoint_every: int = 50
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        check_range("lr", self.lr, 0)
+        check_range("warmup_frac", self.warmup_frac, 0, 1)
+        check_range("epochs", self.epochs, 1)
+        check_range("batch_size", self.batch_size, 1)
+        check_range("checkpoint_every", self.checkpoint_every, 1)
+
+
+def _schedule(total: int, warmup: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return f
+
+
+def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.nn.Module, list], torch.Tensor],
+          cfg: TrainConfig, ckpt_path: Path, log_path: Path | None = None, meta: dict | None = None,
+          desc: str = "train") -> list[dict]:
+    """Train ``module`` on ``examples`` with AdamW; resume from ``ckpt_path`` if it exists.
+
+    Args:
+        examples: the training items; each epoch visits them in a seeded permutation, in
+            batches of ``cfg.batch_size`` (lists handed to ``loss_fn``).
+        loss_fn: ``(module, batch) -> scalar loss``.
+        ckpt_path: written every ``cfg.checkpoint_every`` steps and at the end (atomically).
+        log_path: JSONL of ``{step, epoch, loss, lr}`` per step (rewritten on resume).
+        meta: stored in the checkpoint beside the config (e.g. base model, layer indices);
+            resuming with a different ``meta`` is an error.
+    Returns:
+        the per-step log.
+    """
+    if not examples:
+        raise UserError("no training examples")
+    ckpt_path = Path(ckpt_path)
+    n_batches = math.ceil(len(examples) / cfg.batch_size)
+    total = n_batches * cfg.epochs
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, max(1, round(cfg.warmup_frac * total))))
+    identity = {"config": asdict(cfg), "meta": meta or {}, "n_examples": len(examples)}
+    step, log = 0, []
+    if ckpt_path.is_file():
+        state = torch.load(ckpt_path, weights_only=False)
+        if state["identity"] != identity:
+            raise UserError(f"checkpoint {ckpt_path} was trained with another config/data "
+                            f"({state['identity']}); delete it or restore that config")
+        module.load_state_dict(state["module"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step, log = state["step"], state["log"]
+
+    def save():
+        tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
+        ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"identity": identity, "module": module.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "step": step, "log": log, "done": step >= total}, tmp)
+        os.replace(tmp, ckpt_path)
+
+    module.train()
+    bar = tqdm(total=total, initial=step, desc=desc, unit="step")
+    while step < total:
+        epoch, b = divmod(step, n_batches)
+        # The permutation depends only on (seed, epoch): a resumed run sees the same batches.
+        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
+        batch = [examples[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size].tolist()]
+        torch.manual_seed(cfg.seed * 1_000_003 + step)  # dropout etc. reproducible per step
+        loss = loss_fn(module, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        opt.step()
+        sched.step()
+        step += 1
+        log.append({"step": step, "epoch": epoch, "loss": float(loss), "lr": sched.get_last_lr()[0]})
+        bar.update(1)
+        bar.set_postfix(loss=f"{float(loss):.3f}")
+        if step % cfg.checkpoint_every == 0 or step == total:
+            save()
+    bar.close()
+    module.eval()
+    if log_path is not None:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(str(log_path) + ".partial")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in log))
+        os.replace(tmp, log_path)
+    return log
+
+
+def load_trained(module: torch.nn.Module, ckpt_path: Path, meta: dict | None = None) -> dict:
+    """Load a finished checkpoint into ``module``; returns its identity (config, meta)."""
+    ckpt_path = Path(ckpt_path)
+    if not ckpt_path.is_file():
+        raise UserError(f"checkpoint {ckpt_path} does not exist; train it first")
+    state = torch.load(ckpt_path, weights_only=False)
+    if not state.get("done"):
+        raise UserError(f"checkpoint {ckpt_path} is from an unfinished run; rerun training to resume it")
+    if meta is not None and state["identity"]["meta"] != meta:
+        raise UserError(f"checkpoint {ckpt_path} was trained for {state['identity']['meta']}, not {meta}")
+    module.load_state_dict(state["module"])
+    module.eval()
+    return state["identity"]
