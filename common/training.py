@@ -108,9 +108,10 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         opt.step()
         sched.step()
         step += 1
-        log.append({"step": step, "epoch": epoch, "loss": float(loss), "lr": sched.get_last_lr()[0]})
+        lv = float(loss.detach())
+        log.append({"step": step, "epoch": epoch, "loss": lv, "lr": sched.get_last_lr()[0]})
         bar.update(1)
-        bar.set_postfix(loss=f"{float(loss):.3f}")
+        bar.set_postfix(loss=f"{lv:.3f}")
         if step % cfg.checkpoint_every == 0 or step == total:
             save()
     bar.close()

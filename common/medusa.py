@@ -1,0 +1,226 @@
+"""Medusa-1 heads (Cai et al., 2024): the common baseline of prompt decoding and FIRP.
+
+Head ``k`` (0-based) reads the base model's last hidden state at position ``t`` (after the
+final norm) and predicts token ``t + k + 2`` (the base LM head predicts ``t + 1``). Each head
+is a residual SiLU block (zero-initialized, so it starts as the identity) followed by its own
+vocabulary projection initialized from the base LM head. The base model stays frozen;
+heads train on the base model's own greedy outputs (:mod:`common.selfdistill`).
+
+    python -m common.medusa --model smollm2-135m-instruct --out .cache/medusa/embedded
+        [--heads 4 --prompts 96 --answer-tokens 128 --epochs 2 --lr 1e-3]
+
+writes ``heads.pt`` (checkpoint), ``stats.json`` (top-k accuracy per head and rank on held-out
+answers, training wall time, parameter count) and ``tree_16.json``, ``tree_32.json``,
+``tree_63.json`` (best sparse trees for those accuracies, :mod:`common.tree_search`).
+Decoder ``medusa`` verifies the heads' candidates with the tree loop.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk
+from .errors import UserError, check_range, cli_main
+from .training import TrainConfig, load_trained, train
+from .tree import build_tree, load_tree, save_tree
+from .tree_search import best_tree, expected_accept_length
+
+TREE_SIZES = (16, 32, 63)
+TOPK = 10
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)  # start as the identity: the head starts as the LM head
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x):
+        return x + nn.functional.silu(self.linear(x))
+
+
+class MedusaHeads(nn.Module):
+    """``n_heads`` heads; ``forward(h [..., H]) -> [n_heads, ..., V]`` logits."""
+
+    def __init__(self, hidden: int, vocab: int, n_heads: int, lm_head_weight: torch.Tensor | None = None):
+        super().__init__()
+        check_range("n_heads", n_heads, 1)
+        self.blocks = nn.ModuleList(ResBlock(hidden) for _ in range(n_heads))
+        self.out = nn.ModuleList(nn.Linear(hidden, vocab, bias=False) for _ in range(n_heads))
+        if lm_head_weight is not None:
+            for o in self.out:
+                o.weight.data.copy_(lm_head_weight)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.stack([o(b(h)) for b, o in zip(self.blocks, self.out)])
+
+
+def base_fingerprint(model) -> dict:
+    """What heads are tied to: a checkpoint trained for another base model is refused."""
+    c = model.config
+    return {"base": Path(str(c.name_or_path)).name, "layers": c.num_hidden_layers,
+            "hidden": c.hidden_size, "vocab": c.vocab_size}
+
+
+@torch.inference_mode()
+def features(model, corpus: list[dict]) -> list[dict]:
+    """Frozen forward over each sequence: final normed hidden states ``[T, H]`` and ids ``[T]``."""
+    out = []
+    for ex in corpus:
+        ids = torch.tensor([ex["ids"]])
+        h = model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states[-1][0]
+        out.append({"h": h.clone(), "ids": ids[0], "start": ex["start"]})
+    return out
+
+
+def _pairs(ex: dict, k: int):
+    """(hidden rows, targets) for head k over the answer: position t predicts ids[t + k + 2]."""
+    t0, T = ex["start"] - 1, ex["ids"].numel()
+    if T - k - 2 <= t0:
+        return None
+    return ex["h"][t0:T - k - 2], ex["ids"][t0 + k + 2:]
+
+
+def loss_fn(heads: MedusaHeads, batch: list[dict]) -> torch.Tensor:
+    """Sum over heads of 0.8^k-weighted cross-entropy (Medusa's head weighting)."""
+    total = 0.0
+    for k, (blk, out) in enumerate(zip(heads.blocks, heads.out)):
+        pairs = [p for p in (_pairs(ex, k) for ex in batch) if p is not None]
+        if not pairs:
+            continue
+        h = torch.cat([p[0] for p in pairs])
+        y = torch.cat([p[1] for p in pairs])
+        total = total + 0.8 ** k * nn.functional.cross_entropy(out(blk(h)), y)
+    return total
+
+
+@torch.inference_mode()
+def topk_accuracy(heads: MedusaHeads, feats: list[dict], topk: int = TOPK) -> list[list[float]]:
+    """``acc[k][r]``: how often head k's rank-r candidate is the base model's token."""
+    acc = []
+    for k, (blk, out) in enumerate(zip(heads.blocks, heads.out)):
+        hits, n = torch.zeros(topk), 0
+        for ex in feats:
+            p = _pairs(ex, k)
+            if p is None:
+                continue
+            ranks = out(blk(p[0])).topk(topk, dim=-1).indices
+            hits += (ranks == p[1][:, None]).float().sum(0)
+            n += p[1].numel()
+        acc.append((hits / max(n, 1)).tolist())
+    return acc
+
+
+def train_heads(model, corpus: list[dict], out_dir: Path, n_heads: int = 4, holdout: int = 16,
+                cfg: TrainConfig = TrainConfig()) -> dict:
+    """Train heads on ``corpus`` (:mod:`common.selfdistill` format) minus the last ``holdout``
+    sequences, measure top-k accuracies on those, build trees; returns and saves stats."""
+    out_dir = Path(out_dir)
+    check_range("holdout", holdout, 1, len(corpus) - 1)
+    t0 = time.perf_counter()
+    feats = features(model, corpus)
+    train_feats, held = feats[:-holdout], feats[-holdout:]
+    heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads,
+                        model.lm_head.weight.detach())
+    meta = {**base_fingerprint(model), "n_heads": n_heads}
+    log = train(heads, train_feats, loss_fn, cfg, out_dir / "heads.pt", out_dir / "train_log.jsonl",
+                meta=meta, desc="medusa heads")
+    acc = topk_accuracy(heads, held)
+    stats = {"accuracy": acc, "train_wall_s": time.perf_counter() - t0, "meta": meta,
+             "params": sum(p.numel() for p in heads.parameters()), "final_loss": log[-1]["loss"],
+             "train_sequences": len(train_feats), "holdout_sequences": len(held), "trees": {}}
+    for n in TREE_SIZES:
+        paths = best_tree(acc, n)
+        stats["trees"][n] = expected_accept_length(paths, acc)
+        save_tree(out_dir / f"tree_{n}.json", paths, expected_accept_length=stats["trees"][n],
+                  source="medusa top-k accuracy on held-out self-distilled answers")
+    (out_dir / "stats.json").write_text(json.dumps(stats, indent=1))
+    return stats
+
+
+class MedusaProposer(Proposer):
+    """Candidates: the heads' top-k at each depth below the root, arranged as the tree."""
+
+    needs_hidden = True
+
+    def __init__(self, heads: MedusaHeads, tree):
+        self.heads, self.tree = heads, tree
+        self.width = int(tree.rank.max()) + 1
+
+    def propose(self, state: ProposerState) -> Proposal:
+        logits = self.heads(state.hidden[0, -1])  # [K, V]: depth k+1 below the root
+        topk = logits[: self.tree.max_depth].topk(self.width, dim=-1).indices
+        return Proposal(self.tree, candidates_from_topk(self.tree, topk))
+
+
+class Medusa(TreeDecoder):
+    """Decoder ``medusa``: heads from ``heads`` (a folder written by :func:`train_heads`),
+    tree ``tree`` = one of 16/32/63 (the stored best tree) or a tree JSON path."""
+
+    name = "medusa"
+    sampling = "typical"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {**super().options(), "heads": None, "tree": 63}
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        folder = self.cfg["heads"]
+        if folder is None:
+            raise UserError("decoder 'medusa' needs heads=<folder with heads.pt> (train: python -m common.medusa)")
+        folder = Path(folder)
+        ckpt = torch.load(folder / "heads.pt", weights_only=False) if (folder / "heads.pt").is_file() else None
+        if ckpt is None:
+            raise UserError(f"no Medusa heads at {folder}/heads.pt; train them first (python -m common.medusa)")
+        n_heads = ckpt["identity"]["meta"].get("n_heads", 0)
+        self.heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads)
+        load_trained(self.heads, folder / "heads.pt", meta={**base_fingerprint(model), "n_heads": n_heads})
+        t = self.cfg["tree"]
+        self.tree = load_tree(folder / f"tree_{t}.json" if isinstance(t, int) else t)
+        if self.tree.max_depth > n_heads:
+            raise UserError(f"tree depth {self.tree.max_depth} exceeds the {n_heads} Medusa heads")
+
+    def make_proposer(self, input_ids):
+        return MedusaProposer(self.heads, self.tree)
+
+
+def _main(argv=None) -> None:
+    from .models import load_model
+
+    ap = argparse.ArgumentParser(description="train Medusa-1 heads on self-distilled ShareGPT answers")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=96)
+    ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--holdout", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model, tok = load_model(a.model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    cfg = TrainConfig(lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed, warmup_frac=0.04)
+    from .selfdistill import load_or_build
+
+    corpus = load_or_build(a.out / "corpus.pt", model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
+    stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg)
+    print(json.dumps({k: stats[k] for k in ("train_wall_s", "params", "final_loss", "trees")}, indent=1))
+    print("top-1 accuracy per head:", [round(r[0], 3) for r in stats["accuracy"]])
+
+
+if __name__ == "__main__":
+    cli_main(_main)

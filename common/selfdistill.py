@@ -1,0 +1,61 @@
+"""Self-distillation corpus: the base model's own greedy answers to ShareGPT prompts.
+
+Medusa heads, the distilled draft model, FIRP's maps and prompt tokens all learn to predict
+what the *base model* will say next, so they train on its own outputs (Medusa-2's
+self-distillation) rather than on ShareGPT's human-written replies.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .data import load_dataset_samples
+from .errors import check_range
+from .prompts import encode_prompt
+
+
+def build_corpus(model, tokenizer, n_prompts: int, max_new_tokens: int, max_prompt_tokens: int = 256,
+                 batch_size: int = 8, dataset: str = "sharegpt") -> list[dict]:
+    """Greedy answers, batched with left padding (training data, not a benchmark).
+
+    Returns:
+        ``n_prompts`` dicts ``{"ids": [prompt + answer ids], "start": len(prompt)}``.
+    """
+    check_range("n_prompts", n_prompts, 1)
+    check_range("max_new_tokens", max_new_tokens, 1)
+    samples = load_dataset_samples(dataset, n=n_prompts)
+    prompts = [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0] for s in samples]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    out = []
+    for i in tqdm(range(0, len(prompts), batch_size), desc="self-distill corpus", unit="batch"):
+        chunk = prompts[i:i + batch_size]
+        width = max(len(p) for p in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, p in enumerate(chunk):
+            ids[j, width - len(p):], mask[j, width - len(p):] = p, 1
+        with torch.inference_mode():
+            gen = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                                 pad_token_id=pad, temperature=None, top_p=None, top_k=None)
+        for j, p in enumerate(chunk):
+            answer = gen[j, width:].tolist()
+            if eos in answer:
+                answer = answer[: answer.index(eos) + 1]
+            out.append({"ids": p.tolist() + answer, "start": len(p)})
+    return out
+
+
+def load_or_build(path: Path, model, tokenizer, **kw) -> list[dict]:
+    """Cache the corpus in ``path`` (git-ignored): it is costly and shared by several trainers."""
+    path = Path(path)
+    if path.is_file():
+        data = torch.load(path)
+        if data["kw"] == kw:
+            return data["corpus"]
+    corpus = build_corpus(model, tokenizer, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"kw": kw, "corpus": corpus}, path)
+    return corpus
