@@ -24,7 +24,7 @@ class BenchConfig:
     n: int
     max_new_tokens: int
     max_prompt_tokens: int
-    decoders: tuple[str, ...]
+    groups: Mapping[str, tuple[str, ...]]  # group -> decoders, vanilla among them
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ def validate(config: dict, schema_path: Path = CONFIG_DIR / "schema.yaml") -> No
         jsonschema.validate(config, schema)
     except jsonschema.ValidationError as e:
         where = "/".join(map(str, e.absolute_path)) or "<top>"
-        raise UserError(f"config invalid at {where}: {e.message}") from None
+        hint = f" ({e.schema['description']})" if isinstance(e.schema, dict) and "description" in e.schema else ""
+        raise UserError(f"config invalid at {where}: {e.message}{hint}") from None
 
 
 def load_profile(config: dict | None = None, profile: str | None = None) -> Profile:
@@ -64,7 +65,7 @@ def load_profile(config: dict | None = None, profile: str | None = None) -> Prof
     return Profile(name=name, results_root=p["results_root"], offline=p["offline"], model=p["model"],
                    device=p["device"], dtype=p["dtype"], threads=p["threads"],
                    cross=BenchConfig(c["dataset"], c["n"], c["max_new_tokens"], c["max_prompt_tokens"],
-                                     tuple(c["decoders"])),
+                                     MappingProxyType({g: tuple(d) for g, d in c["groups"].items()})),
                    raw=MappingProxyType(p))
 
 

@@ -6,7 +6,7 @@ for _aid, _spec in ARTIFACTS.items():
         name: _aid.replace(".", "_").replace("-", "_")
         input:
             notebook=f"notebooks/{_spec['notebook']}.ipynb",
-            raw=[f"{ROOT}/{x}" for x in _spec["inputs"]],
+            raw=artifact_inputs(_aid),
         output:
             notebook=artifact_outputs(_aid)[0],
             files=artifact_outputs(_aid)[1:],

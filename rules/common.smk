@@ -32,3 +32,19 @@ def model_files(wildcards=None):
 def results_root_of(wildcards, output):
     """The results root, read back from an artifact's notebook path (<root>/<pkg>/notebooks/x)."""
     return str(Path(output.notebook).parents[2])
+
+
+def group_decoders(wildcards):
+    """Comma-separated decoders of one cross-benchmark group."""
+    return ",".join(P.cross.groups[wildcards.group])
+
+
+def artifact_inputs(aid):
+    """Raw records an artifact reads; '{cross_groups}' expands to every benchmark group."""
+    out = []
+    for x in ARTIFACTS[aid]["inputs"]:
+        if "{cross_groups}" in x:
+            out += [f"{ROOT}/" + x.replace("{cross_groups}", g) for g in P.cross.groups]
+        else:
+            out.append(f"{ROOT}/{x}")
+    return out

@@ -8,7 +8,7 @@ rule bench_cross:
     # All cores: timing rules never share the machine with another job.
     threads: workflow.cores
     params:
-        env=ENV, py=PY, p=P, c=P.cross, decoders=",".join(P.cross.decoders),
+        env=ENV, py=PY, p=P, c=P.cross, decoders=group_decoders,
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {params.c.dataset} --n {params.c.n} --max-new-tokens {params.c.max_new_tokens}"

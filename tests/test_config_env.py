@@ -16,7 +16,7 @@ CFG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 @pytest.mark.parametrize("name", ["smoke", "embedded", "paper"])
 def test_profiles_validate(name):
     p = load_profile(CFG, name)
-    assert p.name == name and p.cross.max_new_tokens >= 1 and p.cross.decoders
+    assert p.name == name and p.cross.max_new_tokens >= 1 and "vanilla" in p.cross.groups["baselines"]
 
 
 def test_default_is_embedded_offline():
@@ -34,6 +34,7 @@ def test_unknown_profile():
     (("threads",), "two", "threads"),
     (("dtype",), "int8", "dtype"),
     (("cross", "typo_key"), 1, "typo_key"),
+    (("cross", "groups"), {"g": ["hf_generate", "prompt_lookup"]}, "vanilla"),
 ])
 def test_invalid_config_one_line(path, value, msg):
     cfg = copy.deepcopy(CFG)
