@@ -2,9 +2,9 @@
 
 rule bench_cross:
     input: model_files()
-    output: f"{ROOT}/cross/raw/bench.jsonl"
+    output: f"{ROOT}/cross/raw/bench_{{group}}.jsonl"
     conda: "../env.yml"
-    log: f"{LOGS}/bench_cross.log"
+    log: f"{LOGS}/bench_cross_{{group}}.log"
     # All cores: timing rules never share the machine with another job.
     threads: workflow.cores
     params:
