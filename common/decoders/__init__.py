@@ -14,6 +14,11 @@ DECODERS: dict[str, str] = {
     "vanilla": "common.decoders.greedy:Vanilla",
     "hf_generate": "common.decoders.hf:HFGenerate",
     "prompt_lookup": "common.decoders.hf:PromptLookup",
+    "speculative": "common.decoders.speculative:Speculative",
+    "self_speculative": "common.decoders.self_spec:SelfSpeculative",
+    "hf_assisted": "common.decoders.assisted:HFAssisted",
+    "medusa": "common.medusa:Medusa",
+    "ppd_pipelined": "ppd_pipelined.decoding:PipelinedDecoder",
 }
 
 

@@ -1,0 +1,129 @@
+"""Acceptance rules: which proposed tokens the target keeps, and which token it adds.
+
+Pure functions on logits / probabilities (no model, no cache), shared by every decoder that
+verifies proposals:
+
+* :func:`greedy_accept` - exact match against the target's argmax (lossless at temperature 0);
+  works on a whole tree through its retrieve indices (Medusa's ``evaluate_posterior``).
+* :func:`speculative_accept` - speculative sampling on a chain (Leviathan et al. 2023,
+  Chen et al. 2023): the committed tokens are distributed exactly as the target samples them.
+* :func:`typical_accept` / :func:`typical_sample` - Medusa's typical acceptance for
+  temperature > 0 (not lossless: it trades exactness for longer accepted paths).
+"""
+from __future__ import annotations
+
+import torch
+
+# Medusa's defaults (paper section 2.3.1; ``medusa_generate``): hard threshold epsilon and
+# entropy-scaled threshold delta.
+POSTERIOR_THRESHOLD = 0.09
+POSTERIOR_ALPHA = 0.3
+
+
+def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``[..., V]`` logits -> ``[..., V]`` sampling probabilities; temperature 0 gives the
+    one-hot argmax (so greedy is the limit of sampling)."""
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One token id drawn from ``[V]`` probabilities ``p``."""
+    return int(torch.multinomial(p, 1, generator=generator))
+
+
+def _path_tokens(tree_tokens: torch.Tensor, retrieve: torch.Tensor):
+    """Gather per-path tokens; returns ``([L, D+1] tokens, [L, D+1] valid)`` (pads -> node 0)."""
+    valid = retrieve >= 0
+    return tree_tokens[retrieve.clamp(min=0)], valid
+
+
+def greedy_accept(tree_tokens: torch.Tensor, logits: torch.Tensor,
+                  retrieve: torch.Tensor) -> tuple[int, int]:
+    """Longest root-to-leaf path whose tokens equal the target's argmax at their parent.
+
+    Args:
+        tree_tokens: ``[n]`` node tokens, node 0 = root (already committed).
+        logits: ``[n, V]`` target logits at each node (node i predicts its children).
+        retrieve: ``[L, D+1]`` node indices of each root-to-leaf path, -1 padded.
+    Returns:
+        ``(row, accepted)``: the chosen row of ``retrieve`` and how many non-root tokens of it
+        are accepted (0..D). Ties go to the first row, so the result is deterministic.
+    """
+    cand, valid = _path_tokens(tree_tokens, retrieve)        # [L, D+1]
+    post = logits.argmax(-1)[retrieve.clamp(min=0)]          # [L, D+1] target's choice after each node
+    match = (cand[:, 1:] == post[:, :-1]) & valid[:, 1:]     # [L, D]
+    accepted = match.long().cumprod(dim=1).sum(dim=1)        # [L] matches stop at the first miss
+    row = int(accepted.argmax())
+    return row, int(accepted[row])
+
+
+def speculative_accept(draft_tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+                       generator: torch.Generator | None = None) -> tuple[int, int]:
+    """Speculative sampling over a chain of ``g`` draft tokens.
+
+    Draft token ``x_i`` is kept with probability ``min(1, p_i(x_i) / q_i(x_i))``; at the first
+    rejection the next token is drawn from ``norm(max(0, p_i - q_i))``; if all ``g`` are kept,
+    a bonus token is drawn from ``p_g``. Each committed token then has the target's
+    distribution ``p`` exactly (Leviathan et al. 2023, theorem 3.5).
+
+    Args:
+        draft_tokens: ``[g]`` long, drafted tokens (``x_i`` drawn from ``q[i]``).
+        p: ``[g+1, V]`` target probabilities; ``p[i]`` is the distribution of token ``i``
+            (row 0 follows the root, row ``g`` follows the last draft token).
+        q: ``[g, V]`` draft probabilities the tokens were drawn from.
+    Returns:
+        ``(accepted, next_token)``: kept draft tokens (0..g) and the resampled or bonus token.
+    """
+    g = draft_tokens.numel()
+    idx = torch.arange(g)
+    ratio = p[idx, draft_tokens] / q[idx, draft_tokens]      # [g]; q(x) > 0 since x ~ q
+    u = torch.rand(g, generator=generator, dtype=ratio.dtype)
+    accepted = int((u < ratio).long().cumprod(0).sum())      # u in [0, 1): u < ratio <=> u < min(1, ratio)
+    if accepted == g:
+        return g, sample(p[g], generator)
+    residual = (p[accepted] - q[accepted]).clamp_(min=0)
+    # A rejection has probability sum(max(0, q - p)) = sum(max(0, p - q)), so the residual
+    # is non-zero whenever we get here; the fallback only guards against rounding.
+    if float(residual.sum()) <= 0:
+        residual = p[accepted]
+    return accepted, sample(residual / residual.sum(), generator)
+
+
+def typical_threshold(p: torch.Tensor, threshold: float = POSTERIOR_THRESHOLD,
+                      alpha: float = POSTERIOR_ALPHA) -> torch.Tensor:
+    """Medusa's per-position bar ``min(epsilon, delta * exp(-H(p)))`` for ``[..., V]`` -> ``[...]``."""
+    entropy = -(p * torch.log(p + 1e-5)).sum(-1)
+    return torch.clamp(alpha * torch.exp(-entropy), max=threshold)
+
+
+def typical_accept(tree_tokens: torch.Tensor, logits: torch.Tensor, retrieve: torch.Tensor,
+                   temperature: float, threshold: float = POSTERIOR_THRESHOLD,
+                   alpha: float = POSTERIOR_ALPHA) -> tuple[int, int]:
+    """Medusa's typical acceptance: a token is kept if its target probability exceeds
+    :func:`typical_threshold` at its parent; the longest such path wins, ties broken by the
+    highest likelihood of the accepted tokens.
+
+    Args / Returns: as :func:`greedy_accept`; ``temperature`` > 0 scales the logits.
+    """
+    cand, valid = _path_tokens(tree_tokens, retrieve)                   # [L, D+1]
+    p = probs(logits, temperature)[retrieve.clamp(min=0)]               # [L, D+1, V]
+    cand_p = p[:, :-1].gather(-1, cand[:, 1:, None]).squeeze(-1)        # [L, D]
+    ok = (cand_p > typical_threshold(p[:, :-1], threshold, alpha)) & valid[:, 1:]
+    accepted = ok.long().cumprod(dim=1).sum(dim=1)                      # [L]
+    best = int(accepted.max())
+    if best == 0:
+        return 0, 0
+    rows = torch.nonzero(accepted == best).flatten()
+    loglik = torch.log(cand_p[rows, :best]).sum(-1)
+    return int(rows[loglik.argmax()]), best
+
+
+def typical_sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None,
+                   threshold: float = POSTERIOR_THRESHOLD, alpha: float = POSTERIOR_ALPHA) -> int:
+    """Medusa's next-token draw: sample ``[V]`` logits with the tokens under the typical bar
+    removed (the top token always survives: the bar is below ``max p``)."""
+    p = probs(logits, temperature)
+    p = torch.where(p < typical_threshold(p, threshold, alpha), torch.zeros_like(p), p)
+    return sample(p / p.sum(), generator)

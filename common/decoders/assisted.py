@@ -1,0 +1,37 @@
+"""transformers' assisted generation (``generate(assistant_model=draft)``), a peer of
+``speculative`` run by the library itself; exact at greedy. Steps and accepted lengths come
+from the target's forwards, as for ``prompt_lookup``.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import DecodeOutput
+from .hf import HFGenerate
+from .speculative import resolve_draft
+
+
+class HFAssisted(HFGenerate):
+    name = "hf_assisted"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"draft": None}
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        self.draft = resolve_draft(self.cfg["draft"], model)
+
+    def _kwargs(self) -> dict:
+        return {"assistant_model": self.draft}
+
+    def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        # The default "heuristic" schedule stores the adapted draft length in the draft's
+        # generation config across calls; restore it so every call starts alike (results
+        # must not depend on which prompts ran before).
+        gc = self.draft.generation_config
+        saved = gc.num_assistant_tokens
+        try:
+            return super()._generate(input_ids, max_new_tokens)
+        finally:
+            gc.num_assistant_tokens = saved

@@ -1,0 +1,79 @@
+"""Self-speculative decoding (Draft & Verify, Zhang et al. 2024): the target drafts for itself
+by skipping layers, then verifies with all layers. No second model, no training.
+
+The draft runs the kept layers through :func:`common.forward.run_layers` (a skipped layer
+passes its input on unchanged, as its residual branch would with a zero update) on a cache of
+its own, so the target cache only ever holds full-model keys and values.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from ..cache import seq_length
+from ..errors import UserError, check_range
+from ..forward import embed, logits_from_hidden, num_layers, run_layers
+from .speculative import AutoregressiveDraft
+from .tree_loop import Proposer, TreeDecoder
+
+
+def default_draft_layers(d: int) -> list[int]:
+    """Keep the first and last layers (they matter most) and every other layer between."""
+    return sorted({0, d - 1} | set(range(0, d, 2)))
+
+
+def _segments(layers: list[int]) -> list[tuple[int, int]]:
+    """Sorted layer indices -> contiguous ``[start, end)`` runs, e.g. [0, 2, 3] -> [(0, 1), (2, 4)]."""
+    runs: list[tuple[int, int]] = []
+    for i in layers:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+class LayerSkipDraft(AutoregressiveDraft):
+    """Draft with the target's own ``layers`` (sorted indices), on a separate cache."""
+
+    def __init__(self, model, layers: list[int], gamma: int):
+        self.model, self.segments = model, _segments(layers)
+        super().__init__(gamma)
+
+    def new_cache(self):
+        return DynamicCache(config=self.model.config)  # skipped layers simply stay empty
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        past = seq_length(self.cache)
+        pos = torch.arange(past, past + ids.shape[1], device=ids.device)[None]
+        h = embed(self.model, ids)
+        for start, end in self.segments:
+            h = run_layers(self.model, h, self.cache, start, end, pos)
+        return logits_from_hidden(self.model, h[:, -1:])[0, -1]
+
+
+class SelfSpeculative(TreeDecoder):
+    """Layer-skipping self-speculative decoding; exact at temperature 0 (and in distribution
+    at temperature > 0, through speculative sampling)."""
+
+    name = "self_speculative"
+    sampling = "speculative"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"draft_layers": None, "gamma": 4, **super().options()}
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        check_range("gamma", self.cfg["gamma"], 1)
+        d = num_layers(model)
+        layers = self.cfg["draft_layers"]
+        layers = default_draft_layers(d) if layers is None else layers
+        if (not isinstance(layers, (list, tuple)) or not layers
+                or not all(isinstance(i, int) and 0 <= i < d for i in layers)):
+            raise UserError(f"draft_layers={layers!r} is invalid; valid: a non-empty list of layer "
+                            f"indices in 0..{d - 1} (model has {d} layers)")
+        self.layers = sorted(set(layers))
+
+    def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
+        return LayerSkipDraft(self.model, self.layers, self.cfg["gamma"])
