@@ -25,6 +25,7 @@ ENV = f"HF_HUB_OFFLINE={int(P.offline)} HF_DATASETS_OFFLINE={int(P.offline)}"
 
 include: "rules/common.smk"
 include: "rules/prepare.smk"
+include: "rules/components.smk"
 include: "rules/cross.smk"
 include: "rules/artifacts.smk"
 

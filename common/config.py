@@ -25,6 +25,7 @@ class BenchConfig:
     max_new_tokens: int
     max_prompt_tokens: int
     groups: Mapping[str, tuple[str, ...]]  # group -> decoders, vanilla among them
+    decoder_config: Mapping[str, Mapping] = field(default_factory=dict)  # label -> options
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ def load_profile(config: dict | None = None, profile: str | None = None) -> Prof
     return Profile(name=name, results_root=p["results_root"], offline=p["offline"], model=p["model"],
                    device=p["device"], dtype=p["dtype"], threads=p["threads"],
                    cross=BenchConfig(c["dataset"], c["n"], c["max_new_tokens"], c["max_prompt_tokens"],
-                                     MappingProxyType({g: tuple(d) for g, d in c["groups"].items()})),
+                                     MappingProxyType({g: tuple(d) for g, d in c["groups"].items()}),
+                                     MappingProxyType(c.get("decoder_config", {}))),
                    raw=MappingProxyType(p))
 
 

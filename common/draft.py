@@ -87,6 +87,7 @@ def _main(argv=None) -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--corpus", type=Path, required=True, help="self-distillation corpus cache (shared)")
+    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--epochs", type=int, default=1)
@@ -102,7 +103,11 @@ def _main(argv=None) -> None:
         p.requires_grad_(False)
     corpus = load_or_build(a.corpus, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
     cfg = TrainConfig(lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed)
-    print(json.dumps(distill(model, corpus, a.layers, a.out, cfg, tok), indent=1))
+    stats = distill(model, corpus, a.layers, a.out, cfg, tok)
+    if a.stats_out:
+        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
+        a.stats_out.write_text(json.dumps(stats, indent=1))
+    print(json.dumps(stats, indent=1))
 
 
 if __name__ == "__main__":

@@ -197,6 +197,8 @@ def _main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="train Medusa-1 heads on self-distilled ShareGPT answers")
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--corpus", type=Path, required=True, help="self-distillation corpus cache (shared)")
+    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--answer-tokens", type=int, default=128)
@@ -216,8 +218,11 @@ def _main(argv=None) -> None:
     cfg = TrainConfig(lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed, warmup_frac=0.04)
     from .selfdistill import load_or_build
 
-    corpus = load_or_build(a.out / "corpus.pt", model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
+    corpus = load_or_build(a.corpus, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
     stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg)
+    if a.stats_out:
+        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
+        a.stats_out.write_text(json.dumps(stats, indent=1))
     print(json.dumps({k: stats[k] for k in ("train_wall_s", "params", "final_loss", "trees")}, indent=1))
     print("top-1 accuracy per head:", [round(r[0], 3) for r in stats["accuracy"]])
 

@@ -59,3 +59,27 @@ def load_or_build(path: Path, model, tokenizer, **kw) -> list[dict]:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"kw": kw, "corpus": corpus}, path)
     return corpus
+
+
+def _main(argv=None) -> None:
+    import argparse
+
+    from .models import load_model
+
+    ap = argparse.ArgumentParser(description="build the self-distillation corpus (base model's greedy answers)")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--prompts", type=int, default=96)
+    ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None)
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, tok = load_model(a.model)
+    corpus = load_or_build(a.out, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
+    print(f"{len(corpus)} sequences, {sum(len(c['ids']) - c['start'] for c in corpus)} answer tokens -> {a.out}")
+
+
+if __name__ == "__main__":
+    from .errors import cli_main
+    cli_main(_main)

@@ -1,4 +1,5 @@
 # Helpers shared by the rule files (named functions, no lambdas in rules).
+import json
 from pathlib import Path
 
 from common.models import MODELS, checkpoint_dir
@@ -44,7 +45,41 @@ def artifact_inputs(aid):
     out = []
     for x in ARTIFACTS[aid]["inputs"]:
         if "{cross_groups}" in x:
-            out += [f"{ROOT}/" + x.replace("{cross_groups}", g) for g in P.cross.groups]
+            out += [f"{ROOT}/{x.replace('{cross_groups}', g)}" for g in P.cross.groups]
         else:
             out.append(f"{ROOT}/{x}")
     return out
+
+
+COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json"}
+COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model"}
+
+
+def _group_config(group):
+    labels = P.cross.groups[group]
+    return {k: dict(v) for k, v in P.cross.decoder_config.items() if k in labels}
+
+
+def group_inputs(wildcards):
+    """The model plus every trained component the group's decoders name."""
+    text = json.dumps(_group_config(wildcards.group))
+    comps = [f".cache/components/{P.name}/{f}" for key, f in COMPONENT_FILES.items() if key in text]
+    return [*model_files(), *comps]
+
+
+def group_decoder_config(wildcards):
+    """The group's decoder options as JSON, component placeholders replaced by their folders."""
+    text = json.dumps(_group_config(wildcards.group))
+    for key, folder in COMPONENT_DIRS.items():
+        text = text.replace(key, f".cache/components/{P.name}/{folder}")
+    return text
+
+
+def parent_of_heads(wildcards, output):
+    """The Medusa output folder, read from its heads file."""
+    return str(Path(output.heads).parent)
+
+
+def parent_of_draft(wildcards, output):
+    """The draft's output folder (the saved model sits in its model/ subfolder)."""
+    return str(Path(output.model).parent.parent)

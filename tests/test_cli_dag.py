@@ -45,18 +45,18 @@ def test_bench_unknown_decoder_after_model_load(tmp_path, embedded):
 
 @pytest.mark.parametrize("profile", ["smoke", "embedded", "paper"])
 def test_dag_plans_every_profile(profile):
-    r = run([*SNAKEMAKE, "-n", "all", "--config", f"profile={profile}"])
+    r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", f"profile={profile}"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cross_table" in r.stdout + r.stderr and "bench_cross" in r.stdout + r.stderr
 
 
 def test_dag_unknown_profile():
-    r = run([*SNAKEMAKE, "-n", "all", "--config", "profile=gpu"])
+    r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=gpu"])
     assert r.returncode != 0 and "unknown profile 'gpu'; valid: embedded, paper, smoke" in r.stderr
 
 
 def test_dag_lint():
-    r = run([*SNAKEMAKE, "--lint", "--config", "profile=smoke"])
+    r = run([*SNAKEMAKE, "--lint", "--nolock", "--config", "profile=smoke"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 

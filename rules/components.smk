@@ -1,0 +1,50 @@
+# Trained components shared by several methods: the self-distillation corpus (the base model's
+# own answers), Medusa heads (+ trees), the distilled draft model. Checkpoints live in the
+# git-ignored cache; their statistics are copied under results/ for the notebooks.
+COMP = f".cache/components/{P.name}"
+C = P.raw["components"]
+
+
+rule selfdistill_corpus:
+    input: model_files()
+    output: f"{COMP}/corpus.pt"
+    conda: "../env.yml"
+    log: f"{LOGS}/selfdistill_corpus.log"
+    threads: workflow.cores
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads
+    shell:
+        "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
+        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
+
+
+rule train_medusa:
+    input: f"{COMP}/corpus.pt"
+    output:
+        heads=f"{COMP}/medusa/heads.pt",
+        trees=[f"{COMP}/medusa/tree_{n}.json" for n in (16, 32, 63)],
+        stats=f"{ROOT}/cross/raw/medusa_stats.json",
+    conda: "../env.yml"
+    log: f"{LOGS}/train_medusa.log"
+    threads: workflow.cores
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], h=C["medusa"], t=P.threads, out=parent_of_heads
+    shell:
+        "{params.env} {params.py} -m common.medusa --model {params.m} --corpus {input} --out {params.out}"
+        " --stats-out {output.stats} --heads {params.h[heads]} --holdout {params.h[holdout]}"
+        " --epochs {params.h[epochs]} --lr {params.h[lr]} --batch-size {params.h[batch_size]}"
+        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
+
+
+rule distill_draft:
+    input: f"{COMP}/corpus.pt"
+    output:
+        model=f"{COMP}/draft/model/config.json",
+        stats=f"{ROOT}/cross/raw/draft_stats.json",
+    conda: "../env.yml"
+    log: f"{LOGS}/distill_draft.log"
+    threads: workflow.cores
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], d=C["draft"], t=P.threads, out=parent_of_draft
+    shell:
+        "{params.env} {params.py} -m common.draft --model {params.m} --corpus {input} --out {params.out}"
+        " --stats-out {output.stats} --layers {params.d[layers]} --epochs {params.d[epochs]}"
+        " --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
+        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
