@@ -4,8 +4,8 @@ Methods need more than ``model(input_ids)``: pipelined decoding runs layers ``[0
 ``[d_bar, d)`` separately, FIRP injects predicted hidden states at a middle layer, early-exit
 methods read logits from a middle layer, tree methods pass an ancestor mask. All of them go
 through :func:`run_layers`, which drives the model's own decoder layers with an explicit 4D
-mask and explicit position ids (``shared/notes/transformers-5.23.md`` section 5: bitwise equal
-to ``model(...)``). Masks are always arguments here, never model attributes.
+mask and explicit position ids (``shared/notes/transformers-5.23.md`` section 5; single-token
+steps are bitwise equal to ``model(...)``, chunks with a mask agree to ~1e-5). Masks are always arguments here, never model attributes.
 
 Supported: decoder-only models exposing ``model.model.layers``, ``model.model.norm``,
 ``model.model.rotary_emb`` and ``model.lm_head`` (LLaMA, Mistral, Qwen2, SmolLM2, Vicuna).
@@ -59,9 +59,10 @@ def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
     m = _backbone(model)
     q = hidden.shape[1]
     past = cache.get_seq_length(layer_idx=start) if cache is not None else 0
-    if allow is None:
-        allow = causal_allow(q, hidden.device)
-    mask = attention_mask_4d(allow, past, hidden.dtype)
+    if allow is None and q == 1:
+        mask = None  # one token sees everything; no mask keeps sdpa on model()'s own kernel
+    else:
+        mask = attention_mask_4d(causal_allow(q, hidden.device) if allow is None else allow, past, hidden.dtype)
     pe = m.rotary_emb(hidden, position_ids=position_ids)
     for i in range(start, end):
         hidden = m.layers[i](hidden, attention_mask=mask, position_embeddings=pe,
