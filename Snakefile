@@ -27,6 +27,7 @@ include: "rules/common.smk"
 include: "rules/prepare.smk"
 include: "rules/components.smk"
 include: "rules/cross.smk"
+include: "rules/ppd_pipelined.smk"
 include: "rules/artifacts.smk"
 
 

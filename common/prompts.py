@@ -12,6 +12,16 @@ from .errors import unknown
 
 TEMPLATES: dict[str, str] = {
     "plain": "{text}",
+    # PPD (Yang et al.), Table 1: rendered with their own fields by ppd_pipelined.templates.
+    "ppdp-squad": ("We have provided context information below.\n———————\n{context}\n———————\n"
+                   "### Given this information, please answer the question: {question}\n### Assistant:"),
+    "ppdp-wmt": ("### Instruction: Translate English sentence into French.\n"
+                 "English: Sounds like a typical rugby club to me.\n"
+                 "French: Ça m’a l’air d’être un club de rugby typique. #\n"
+                 "English: At an English university, perhaps…\n"
+                 "French: Dans une université anglaise, peut-être… #\n"
+                 "English: {source_sentence}\nFrench:"),
+    "ppdp-cnn_dm": "# Article\n{context}\n# Summarize the article\n### Assistant:",
 }
 
 
