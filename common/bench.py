@@ -79,6 +79,7 @@ def _bench(args, samples, model, tok, decoders, dataset) -> list[dict]:
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
+    cfgs = json.loads(args.decoder_config)
     records = []
     with JsonlWriter(args.out) as out:
         for s, ids in tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt"):
@@ -90,6 +91,7 @@ def _bench(args, samples, model, tok, decoders, dataset) -> list[dict]:
                        "new_tokens": st["new_tokens"], "steps": st["steps"],
                        "accept_lengths": st["accept_lengths"], "wall_time": st["wall_time"],
                        "peak_mem_bytes": mem.peak, "prompt_tokens": int(ids.shape[1]), **meta,
+                       "decoder_config": cfgs.get(name, {}),
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
                 out.write(rec)
                 records.append(rec)

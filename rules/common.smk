@@ -41,11 +41,14 @@ def group_decoders(wildcards):
 
 
 def artifact_inputs(aid):
-    """Raw records an artifact reads; '{cross_groups}' expands to every benchmark group."""
+    """Raw records an artifact reads; '{cross_groups}' expands to every benchmark group,
+    '{cross_components}' to every trained component (medusa, draft) some group uses."""
     out = []
     for x in ARTIFACTS[aid]["inputs"]:
         if "{cross_groups}" in x:
             out += [f"{ROOT}/{x.replace('{cross_groups}', g)}" for g in P.cross.groups]
+        elif "{cross_components}" in x:
+            out += [f"{ROOT}/{x.replace('{cross_components}', c)}" for c in cross_components()]
         else:
             out.append(f"{ROOT}/{x}")
     return out
@@ -58,6 +61,12 @@ COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model"}
 def _group_config(group):
     labels = P.cross.groups[group]
     return {k: dict(v) for k, v in P.cross.decoder_config.items() if k in labels}
+
+
+def cross_components():
+    """Names of the trained components ('medusa', 'draft') that any benchmark group uses."""
+    text = json.dumps([_group_config(g) for g in P.cross.groups])
+    return [key.strip("{}") for key in COMPONENT_FILES if key in text]
 
 
 def group_inputs(wildcards):

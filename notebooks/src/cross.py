@@ -26,16 +26,49 @@ records = [r for recs in groups.values() for r in recs]
 meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(f) for f in files)}
 meta
 
+# %% md
+# Trained components: extra parameters (what a decoder adds to the target's memory) and training
+# wall time, from the statistics their training rules wrote beside the benchmark records. The
+# self-distillation corpus both are trained on is generated once and is not counted here. The draft
+# is counted whole, as the decoders load it: its embeddings and tied head are frozen copies of the
+# target's and could be shared, which would leave only `params_not_shared` in `draft_stats.json`.
+
+# %%
+import json
+
+stats = {c: json.loads((base / "raw" / f"{c}_stats.json").read_text())
+         for c in ("medusa", "draft") if (base / "raw" / f"{c}_stats.json").is_file()}
+
+
+def component_of(cfg):
+    """Which trained component a decoder's options name (Medusa heads or a draft model)."""
+    return "medusa" if "heads" in cfg else "draft" if "draft" in cfg else None
+
+
+def extras(recs, decoder):
+    cfg = next(r.get("decoder_config", {}) for r in recs if r["decoder"] == decoder)
+    c = component_of(cfg)
+    if c is None:
+        return 0.0, None
+    if c not in stats:
+        raise FileNotFoundError(f"{decoder} uses trained {c} but {base}/raw/{c}_stats.json is missing")
+    s = stats[c]
+    return s["params"] / 1e6, s["train_wall_s"]
+
+
 # %%
 if artifact_id == "cross.table":
     rows = []
     for g, recs in groups.items():
         t = summarize(recs)
         t.insert(0, "group", g)
+        ex = [extras(recs, d) for d in t.decoder]
+        t["extra_params_m"] = [e[0] for e in ex]
+        t["train_wall_s"] = [e[1] for e in ex]
         rows.append(t)
     table = pd.concat(rows, ignore_index=True)
     cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
-            "peak_mem_mib", "identical_to_vanilla"]
+            "peak_mem_mib", "extra_params_m", "train_wall_s", "identical_to_vanilla"]
     table = table[cols]
     write_table(table, artifact_id, base / "tables", meta)
     print((base / "tables" / f"{artifact_id}.md").read_text())
