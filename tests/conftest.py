@@ -23,3 +23,13 @@ def embedded():
     if not (checkpoint_dir(EMBEDDED) / "model.safetensors").is_file():
         convert_embedded(EMBEDDED)
     return load_model(EMBEDDED)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny-model ops are too small for 2 threads: on a shared 2-core machine the second thread
+    only adds spin-waiting (5 s instead of 0.2 s for a brute-force recomputation)."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)

@@ -9,14 +9,7 @@ from ppd_pipelined.config import HeadsConfig
 LAYERS = [1, 2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny-model ops are too small for 2 threads: on a shared 2-core machine the second thread
-    only adds spin-waiting (5 s instead of 0.2 s for the brute-force recomputation)."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sequences(n, length=24, vocab=96, seed=0):

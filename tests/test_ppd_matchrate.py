@@ -19,14 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [1, 2, 3]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny-model ops are too small for 2 threads: on a shared 2-core machine the second thread
-    only adds spin-waiting (5 s instead of 0.2 s for the brute-force recomputation)."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def brute_force(model, prompt, tokens, layer, head=None):
