@@ -46,18 +46,41 @@ class ResBlock(nn.Module):
 
 
 class MedusaHeads(nn.Module):
-    """``n_heads`` heads; ``forward(h [..., H]) -> [n_heads, ..., V]`` logits."""
+    """``n_heads`` heads; ``forward(h [..., H]) -> [n_heads, ..., V]`` logits.
 
-    def __init__(self, hidden: int, vocab: int, n_heads: int, lm_head_weight: torch.Tensor | None = None):
+    Medusa-1 gives every head its own vocabulary projection, a trained copy of the LM head.
+    With ``share_lm_head`` every head projects through the base model's frozen LM head
+    instead (only the residual blocks train). On a small model with a large vocabulary this
+    matters: SmolLM2-135M's head is 28 M of its 135 M parameters, so four copies add 113 M
+    parameters and read 450 MB of weights per decoding step; shared, the heads add 1.3 M
+    parameters and one ``[K, H] x [H, V]`` product.
+    """
+
+    def __init__(self, hidden: int, vocab: int, n_heads: int, lm_head_weight: torch.Tensor | None = None,
+                 share_lm_head: bool = False):
         super().__init__()
         check_range("n_heads", n_heads, 1)
         self.blocks = nn.ModuleList(ResBlock(hidden) for _ in range(n_heads))
-        self.out = nn.ModuleList(nn.Linear(hidden, vocab, bias=False) for _ in range(n_heads))
-        if lm_head_weight is not None:
-            for o in self.out:
-                o.weight.data.copy_(lm_head_weight)
+        if share_lm_head:
+            if lm_head_weight is None:
+                raise UserError("share_lm_head needs the base model's LM head weight")
+            # a plain tensor attribute: neither a parameter nor in the state dict (the base owns it)
+            self.shared_weight = lm_head_weight.detach()
+            self.out = None
+        else:
+            self.out = nn.ModuleList(nn.Linear(hidden, vocab, bias=False) for _ in range(n_heads))
+            if lm_head_weight is not None:
+                for o in self.out:
+                    o.weight.data.copy_(lm_head_weight)
+
+    def head_logits(self, k: int, h: torch.Tensor) -> torch.Tensor:
+        """Head ``k`` alone: ``[..., H] -> [..., V]``."""
+        x = self.blocks[k](h)
+        return nn.functional.linear(x, self.shared_weight) if self.out is None else self.out[k](x)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.out is None:  # one product for all heads
+            return nn.functional.linear(torch.stack([b(h) for b in self.blocks]), self.shared_weight)
         return torch.stack([o(b(h)) for b, o in zip(self.blocks, self.out)])
 
 
@@ -90,13 +113,13 @@ def _pairs(ex: dict, k: int):
 def loss_fn(heads: MedusaHeads, batch: list[dict]) -> torch.Tensor:
     """Sum over heads of 0.8^k-weighted cross-entropy (Medusa's head weighting)."""
     total = 0.0
-    for k, (blk, out) in enumerate(zip(heads.blocks, heads.out)):
+    for k in range(len(heads.blocks)):
         pairs = [p for p in (_pairs(ex, k) for ex in batch) if p is not None]
         if not pairs:
             continue
         h = torch.cat([p[0] for p in pairs])
         y = torch.cat([p[1] for p in pairs])
-        total = total + 0.8 ** k * nn.functional.cross_entropy(out(blk(h)), y)
+        total = total + 0.8 ** k * nn.functional.cross_entropy(heads.head_logits(k, h), y)
     return total
 
 
@@ -104,13 +127,13 @@ def loss_fn(heads: MedusaHeads, batch: list[dict]) -> torch.Tensor:
 def topk_accuracy(heads: MedusaHeads, feats: list[dict], topk: int = TOPK) -> list[list[float]]:
     """``acc[k][r]``: how often head k's rank-r candidate is the base model's token."""
     acc = []
-    for k, (blk, out) in enumerate(zip(heads.blocks, heads.out)):
+    for k in range(len(heads.blocks)):
         hits, n = torch.zeros(topk), 0
         for ex in feats:
             p = _pairs(ex, k)
             if p is None:
                 continue
-            ranks = out(blk(p[0])).topk(topk, dim=-1).indices
+            ranks = heads.head_logits(k, p[0]).topk(topk, dim=-1).indices
             hits += (ranks == p[1][:, None]).float().sum(0)
             n += p[1].numel()
         acc.append((hits / max(n, 1)).tolist())
@@ -118,7 +141,7 @@ def topk_accuracy(heads: MedusaHeads, feats: list[dict], topk: int = TOPK) -> li
 
 
 def train_heads(model, corpus: list[dict], out_dir: Path, n_heads: int = 4, holdout: int = 16,
-                cfg: TrainConfig = TrainConfig()) -> dict:
+                cfg: TrainConfig = TrainConfig(), share_lm_head: bool = False) -> dict:
     """Train heads on ``corpus`` (:mod:`common.selfdistill` format) minus the last ``holdout``
     sequences, measure top-k accuracies on those, build trees; returns and saves stats."""
     out_dir = Path(out_dir)
@@ -127,8 +150,8 @@ def train_heads(model, corpus: list[dict], out_dir: Path, n_heads: int = 4, hold
     feats = features(model, corpus)
     train_feats, held = feats[:-holdout], feats[-holdout:]
     heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads,
-                        model.lm_head.weight.detach())
-    meta = {**base_fingerprint(model), "n_heads": n_heads}
+                        model.lm_head.weight.detach(), share_lm_head)
+    meta = {**base_fingerprint(model), "n_heads": n_heads, "share_lm_head": share_lm_head}
     log = train(heads, train_feats, loss_fn, cfg, out_dir / "heads.pt", out_dir / "train_log.jsonl",
                 meta=meta, desc="medusa heads")
     acc = topk_accuracy(heads, held)
@@ -180,8 +203,11 @@ class Medusa(TreeDecoder):
         if ckpt is None:
             raise UserError(f"no Medusa heads at {folder}/heads.pt; train them first (python -m common.medusa)")
         n_heads = ckpt["identity"]["meta"].get("n_heads", 0)
-        self.heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads)
-        load_trained(self.heads, folder / "heads.pt", meta={**base_fingerprint(model), "n_heads": n_heads})
+        shared = bool(ckpt["identity"]["meta"].get("share_lm_head", False))
+        self.heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads,
+                                 model.lm_head.weight, shared)
+        load_trained(self.heads, folder / "heads.pt",
+                     meta={**base_fingerprint(model), "n_heads": n_heads, "share_lm_head": shared})
         t = self.cfg["tree"]
         self.tree = load_tree(folder / f"tree_{t}.json" if isinstance(t, int) else t)
         if self.tree.max_depth > n_heads:
@@ -203,6 +229,8 @@ def _main(argv=None) -> None:
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--holdout", type=int, default=16)
+    ap.add_argument("--share-lm-head", action="store_true",
+                    help="project every head through the base model's frozen LM head (train the blocks only)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -219,7 +247,7 @@ def _main(argv=None) -> None:
     from .selfdistill import load_or_build
 
     corpus = load_or_build(a.corpus, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
-    stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg)
+    stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg, a.share_lm_head)
     if a.stats_out:
         a.stats_out.parent.mkdir(parents=True, exist_ok=True)
         a.stats_out.write_text(json.dumps(stats, indent=1))

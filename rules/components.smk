@@ -26,10 +26,12 @@ rule train_medusa:
     conda: "../env.yml"
     log: f"{LOGS}/train_medusa.log"
     threads: workflow.cores
-    params: env=ENV, py=PY, m=P.model, c=C["corpus"], h=C["medusa"], t=P.threads, out=parent_of_heads
+    params:
+        env=ENV, py=PY, m=P.model, c=C["corpus"], h=C["medusa"], t=P.threads, out=parent_of_heads,
+        share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
     shell:
         "{params.env} {params.py} -m common.medusa --model {params.m} --corpus {input} --out {params.out}"
-        " --stats-out {output.stats} --heads {params.h[heads]} --holdout {params.h[holdout]}"
+        " --stats-out {output.stats} --heads {params.h[heads]} --holdout {params.h[holdout]} {params.share}"
         " --epochs {params.h[epochs]} --lr {params.h[lr]} --batch-size {params.h[batch_size]}"
         " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
 

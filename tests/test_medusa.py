@@ -12,17 +12,23 @@ from common.training import TrainConfig
 
 
 @pytest.fixture(scope="module")
-def trained(tiny, tmp_path_factory):
-    out = tmp_path_factory.mktemp("medusa")
+def corpus(tiny):
     van = get_decoder("vanilla", tiny)
     van.eos = set()  # long, EOS-free answers for training
-    corpus = []
+    out = []
     for i in range(12):
         prompt = [1] + torch.randint(3, 96, (6,), generator=torch.Generator().manual_seed(i)).tolist()
         ans = van.generate(torch.tensor([prompt]), 24).tokens
-        corpus.append({"ids": prompt + ans, "start": len(prompt)})
+        out.append({"ids": prompt + ans, "start": len(prompt)})
+    return out
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["own_heads", "shared_lm_head"])
+def trained(request, tiny, corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("medusa")
     stats = train_heads(tiny, corpus, out, n_heads=3, holdout=3,
-                        cfg=TrainConfig(lr=3e-3, epochs=6, batch_size=3, checkpoint_every=10))
+                        cfg=TrainConfig(lr=3e-3, epochs=6, batch_size=3, checkpoint_every=10),
+                        share_lm_head=request.param)
     return out, stats
 
 
@@ -30,6 +36,15 @@ def test_heads_start_as_the_lm_head(tiny):
     heads = MedusaHeads(64, 96, 2, tiny.lm_head.weight.detach())
     h = torch.randn(5, 64)
     torch.testing.assert_close(heads(h)[1], tiny.lm_head(h))
+
+
+def test_shared_heads_start_as_the_lm_head_and_save_only_blocks(tiny, tmp_path):
+    heads = MedusaHeads(64, 96, 2, tiny.lm_head.weight.detach(), share_lm_head=True)
+    h = torch.randn(5, 64)
+    torch.testing.assert_close(heads(h)[1], tiny.lm_head(h))
+    torch.testing.assert_close(heads.head_logits(0, h), tiny.lm_head(h))
+    assert all(k.startswith("blocks.") for k in heads.state_dict())
+    assert sum(p.numel() for p in heads.parameters()) == 2 * (64 * 64 + 64)
 
 
 def test_training_and_stats(trained):

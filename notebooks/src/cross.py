@@ -57,7 +57,8 @@ def extras(recs, decoder):
 
 
 # %%
-if artifact_id == "cross.table":
+def cross_rows():
+    """cross.table's rows: every group's summary with the trained components' costs."""
     rows = []
     for g, recs in groups.items():
         t = summarize(recs)
@@ -65,12 +66,48 @@ if artifact_id == "cross.table":
         ex = [extras(recs, d) for d in t.decoder]
         t["extra_params_m"] = [e[0] for e in ex]
         t["train_wall_s"] = [e[1] for e in ex]
+        base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
+        t["extra_mem_mib"] = t.peak_mem_mib - base_mem
         rows.append(t)
-    table = pd.concat(rows, ignore_index=True)
+    return pd.concat(rows, ignore_index=True)
+
+
+# %% md
+# `extra_mem_mib` is a decoder's peak resident memory minus its group's `vanilla` peak in the
+# same run (model weights are in both); on CPU it is the process's own memory, so the gloo
+# sub-worker processes of `ppd_pipelined` (each holding a copy of the first layers) are not in it.
+
+# %%
+if artifact_id == "cross.table":
+    table = cross_rows()
     cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
-            "peak_mem_mib", "extra_params_m", "train_wall_s", "identical_to_vanilla"]
+            "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s", "identical_to_vanilla"]
     table = table[cols]
     write_table(table, artifact_id, base / "tables", meta)
+    print((base / "tables" / f"{artifact_id}.md").read_text())
+elif artifact_id == "cross.fig":
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = cross_rows()
+    table = table[table.decoder != "vanilla"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    for g, t in table.groupby("group", sort=False):
+        mem = t.extra_mem_mib  # measured, not derived from the parameter count
+        ax.scatter(mem, t.speedup, label=g, s=40)
+        for x, y, d in zip(mem, t.speedup, t.decoder):
+            ax.annotate(d, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.set_xlabel("extra peak memory vs vanilla (MiB, same run)")
+    ax.set_ylabel("speedup vs vanilla (tokens/s ratio, same run)")
+    ax.set_title(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
+    ax.legend(fontsize=7)
+    figs = base / "figures"
+    figs.mkdir(parents=True, exist_ok=True)
+    fig.savefig(figs / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+    out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
+    write_table(out, artifact_id, base / "tables", meta)
     print((base / "tables" / f"{artifact_id}.md").read_text())
 else:
     raise ValueError(f"notebook cross does not make {artifact_id!r}")
