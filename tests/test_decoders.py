@@ -44,15 +44,18 @@ def test_bad_decoder_input(tiny):
 
 @pytest.mark.model
 def test_embedded_lossless_on_mt_bench(embedded):
-    """vanilla == hf_generate == prompt_lookup on real prompts with the real model (fp32)."""
+    """vanilla == hf_generate == prompt_lookup == self_speculative on real prompts with the real
+    model (fp32). Decoders with trained parts (medusa, speculative, hf_assisted, ppd_pipelined)
+    are checked on the real model by the smoke DAG (tests/test_cli_dag.py)."""
     from common.data import load_dataset_samples
     from common.prompts import encode_prompt
 
     model, tok = embedded
     for s in load_dataset_samples("mt-bench", n=3):
         ids = encode_prompt(tok, s.turns[0])
-        outs = {n: get_decoder(n, model, tok).generate(ids, 40).tokens for n in LOSSLESS}
+        outs = {n: get_decoder(n, model, tok).generate(ids, 40).tokens for n in [*LOSSLESS, "self_speculative"]}
         assert len(outs["vanilla"]) > 0
         assert outs["hf_generate"] == outs["vanilla"], s.question_id
         assert outs["prompt_lookup"] == outs["vanilla"], s.question_id
+        assert outs["self_speculative"] == outs["vanilla"], s.question_id
     assert set(LOSSLESS) <= set(DECODERS)
