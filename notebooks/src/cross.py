@@ -65,7 +65,7 @@ def cross_rows():
         t.insert(0, "group", g)
         ex = [extras(recs, d) for d in t.decoder]
         t["extra_params_m"] = [e[0] for e in ex]
-        t["train_wall_s"] = [e[1] for e in ex]
+        t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
         base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
         t["extra_mem_mib"] = t.peak_mem_mib - base_mem
         rows.append(t)
