@@ -76,6 +76,8 @@ def cross_rows():
 # `extra_mem_mib` is a decoder's peak resident memory minus its group's `vanilla` peak in the
 # same run (model weights are in both); on CPU it is the process's own memory, so the gloo
 # sub-worker processes of `ppd_pipelined` (each holding a copy of the first layers) are not in it.
+# On CPU the resident set also keeps pages the allocator has freed, so differences of about
+# +-10 MiB are noise; a trained component's own weights weigh `extra_params_m` x 4 bytes (fp32).
 
 # %%
 if artifact_id == "cross.table":
