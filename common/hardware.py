@@ -26,13 +26,33 @@ def describe(device: str = "cpu") -> str:
 _STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
 
 
-def _vm_hwm() -> int | None:
-    """The kernel's peak resident set size of this process (bytes), or None off Linux."""
+def _status_kb(field: str) -> int | None:
+    """A ``/proc/self/status`` field of this process in bytes (``VmHWM``, ``VmRSS``), or None off Linux."""
     try:
-        m = re.search(r"^VmHWM:\s+(\d+) kB", _STATUS.read_text(), re.M)
+        m = re.search(rf"^{field}:\s+(\d+) kB", _STATUS.read_text(), re.M)
     except OSError:
         return None
     return int(m.group(1)) * 1024 if m else None
+
+
+def _vm_hwm() -> int | None:
+    """The kernel's peak resident set size of this process (bytes), or None off Linux."""
+    return _status_kb("VmHWM")
+
+
+def _reset_hwm(slack: int = 8 * 2**20) -> bool:
+    """Reset the kernel's peak RSS to the current RSS; True only if the reset took effect.
+
+    Some kernels and sandboxes accept the write to ``clear_refs`` and ignore it (seen on a CI
+    machine: the peak stayed at the process's lifetime maximum), so the reset is checked: after
+    it, the peak must be the current RSS give or take ``slack``.
+    """
+    try:
+        _CLEAR_REFS.write_text("5")  # "5": reset the peak RSS to the current RSS
+    except OSError:
+        return False
+    hwm, rss = _vm_hwm(), _status_kb("VmRSS")
+    return hwm is not None and rss is not None and hwm <= rss + slack
 
 
 class PeakMemory:
@@ -41,8 +61,10 @@ class PeakMemory:
     CUDA: ``torch.cuda.max_memory_allocated``. CPU on Linux: the kernel's high-water mark of
     the resident set (``VmHWM``), reset on entry through ``/proc/self/clear_refs`` (torch's CPU
     allocations are invisible to tracemalloc); exact, and nothing runs beside the timed code.
-    Elsewhere: the RSS sampled every ``interval`` seconds by a background thread. ``peak`` is
-    this process's memory, model weights included; worker processes are not counted.
+    Where that reset is refused or silently ignored: the RSS sampled every ``interval`` seconds
+    by a background thread, and once more on exit (a peak shorter than ``interval`` can be
+    missed). ``peak`` is this process's memory, model weights included; worker processes are
+    not counted.
     """
 
     def __init__(self, device: str = "cpu", interval: float = 0.002):
@@ -53,15 +75,12 @@ class PeakMemory:
         if self.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(self.device)
             return self
-        try:
-            _CLEAR_REFS.write_text("5")  # "5": reset the peak RSS to the current RSS
-            if _vm_hwm() is not None:
-                return self
-        except OSError:
-            pass
+        if _reset_hwm():
+            return self
         import psutil
 
         proc, self._stop = psutil.Process(), threading.Event()
+        self._proc = proc
         self.peak = proc.memory_info().rss
 
         def sample():
@@ -81,3 +100,4 @@ class PeakMemory:
         else:
             self._stop.set()
             self._thread.join()
+            self.peak = max(self.peak, self._proc.memory_info().rss)
