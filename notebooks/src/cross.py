@@ -79,6 +79,12 @@ def cross_rows():
 # On CPU the resident set also keeps pages the allocator has freed, so differences of about
 # +-10 MiB are noise; a trained component's own weights weigh `extra_params_m` x 4 bytes (fp32).
 
+# %% md
+# `mean_accepted_length` is new tokens per target forward for every decoder (1 for `vanilla`).
+# For a draft-and-verify decoder proposing gamma tokens a step, (length - 1) / gamma is the share
+# of drafted tokens the target accepted; `hf_assisted` adapts its draft length from step to step
+# (transformers' "heuristic" schedule), `speculative` and `self_speculative` keep gamma fixed.
+
 # %%
 if artifact_id == "cross.table":
     table = cross_rows()
