@@ -67,6 +67,8 @@ CONFIGS = [  # (decoder, options; draft names refer to the ``drafts`` fixture)
     ("self_speculative", {"draft_layers": [0, 1, 3], "gamma": 3}),
     ("self_speculative", {"draft_layers": [3], "gamma": 2}),
     ("hf_assisted", {"draft": "near"}),
+    ("speculative", {"draft": "near", "schedule": "heuristic", "confidence": 0.5}),
+    ("self_speculative", {"gamma": 2, "schedule": "heuristic", "confidence": 0.3}),
 ]
 
 
@@ -86,7 +88,8 @@ def test_lossless_at_temperature_0(target, drafts, name, opts):
             assert out.tokens == ref.tokens, (prompt, n)
             acc_len = out.stats["accept_lengths"]
             assert sum(acc_len) == len(out.tokens) and out.stats["steps"] == len(acc_len)
-            if name != "hf_assisted":  # the library adapts its draft length itself
+            # transformers and the heuristic schedule adapt the draft length themselves
+            if name != "hf_assisted" and opts.get("schedule", "constant") == "constant":
                 assert acc_len[0] == 1 and all(1 <= a <= gamma + 1 for a in acc_len)
 
 
@@ -101,6 +104,30 @@ def test_acceptance_really_varies(target, drafts):
     dec = _make("speculative", {"draft": "self", "gamma": 3}, target, drafts)
     out = dec.generate(torch.tensor([PROMPTS[1]]), 30)
     assert out.stats["accept_lengths"] == [1] + [4] * 7 + [1]
+
+
+def test_heuristic_schedule_grows_after_full_acceptance_and_shrinks_after_a_miss(target, drafts):
+    ids = torch.tensor([PROMPTS[1]])
+    out = _make("speculative", {"draft": "self", "gamma": 2, "schedule": "heuristic"}, target, drafts)
+    # The target drafting for itself accepts every draft: 2, 4, 6, 8 drafts, then what is left.
+    assert out.generate(ids, 30).stats["accept_lengths"] == [1, 3, 5, 7, 9, 5]
+    const = _make("speculative", {"draft": "self", "gamma": 2}, target, drafts)
+    assert const.generate(ids, 30).stats["accept_lengths"] == [1] + [3] * 9 + [2]
+    # A random draft is almost never right: the length falls to 1 and stays near it.
+    rnd = _make("speculative", {"draft": "random", "gamma": 4, "schedule": "heuristic"}, target, drafts)
+    lengths = rnd.generate(ids, 30).stats["accept_lengths"]
+    assert max(lengths[4:]) <= 2, lengths
+
+
+def test_confidence_cuts_the_chain_after_an_unsure_draft(target, drafts):
+    ids = torch.tensor([PROMPTS[1]])
+    ref = get_decoder("vanilla", target).generate(ids, 30).tokens
+    sure = _make("speculative", {"draft": "self", "gamma": 4}, target, drafts).generate(ids, 30)
+    assert max(sure.stats["accept_lengths"]) == 5
+    # No draft token has probability 1, so a threshold of 1 stops every chain after one draft.
+    unsure = _make("speculative", {"draft": "self", "gamma": 4, "confidence": 1.0}, target, drafts)
+    out = unsure.generate(ids, 30)
+    assert out.tokens == ref and out.stats["accept_lengths"] == [1] + [2] * 14 + [1]
 
 
 def test_eos_inside_an_accepted_chain_stops_there(target, drafts):
@@ -362,3 +389,8 @@ def test_bad_input(target, drafts):
         get_decoder("self_speculative", target, draft_layers=[])
     with pytest.raises(UserError, match="no option"):
         get_decoder("self_speculative", target, draft="x")
+    for name, extra in (("speculative", {"draft": drafts["random"]}), ("self_speculative", {})):
+        with pytest.raises(UserError, match="schedule='adaptive' is invalid; valid: constant, heuristic"):
+            get_decoder(name, target, schedule="adaptive", **extra)
+        with pytest.raises(UserError, match=r"confidence=1.5 is out of range; valid: \[0.0, 1.0\]"):
+            get_decoder(name, target, confidence=1.5, **extra)

@@ -11,9 +11,9 @@ import torch
 from transformers import DynamicCache
 
 from ..cache import seq_length
-from ..errors import UserError, check_range
+from ..errors import UserError
 from ..forward import embed, logits_from_hidden, num_layers, run_layers
-from .speculative import AutoregressiveDraft
+from .speculative import AutoregressiveDraft, check_draft_options
 from .tree_loop import Proposer, TreeDecoder
 
 
@@ -36,9 +36,10 @@ def _segments(layers: list[int]) -> list[tuple[int, int]]:
 class LayerSkipDraft(AutoregressiveDraft):
     """Draft with the target's own ``layers`` (sorted indices), on a separate cache."""
 
-    def __init__(self, model, layers: list[int], gamma: int):
+    def __init__(self, model, layers: list[int], gamma: int, schedule: str = "constant",
+                 confidence: float = 0.0):
         self.model, self.segments = model, _segments(layers)
-        super().__init__(gamma)
+        super().__init__(gamma, schedule, confidence)
 
     def new_cache(self):
         return DynamicCache(config=self.model.config)  # skipped layers simply stay empty
@@ -61,11 +62,12 @@ class SelfSpeculative(TreeDecoder):
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft_layers": None, "gamma": 4, **super().options()}
+        return {"draft_layers": None, "gamma": 4, "schedule": "constant", "confidence": 0.0,
+                **super().options()}
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        check_range("gamma", self.cfg["gamma"], 1)
+        check_draft_options(self.cfg)
         d = num_layers(model)
         layers = self.cfg["draft_layers"]
         layers = default_draft_layers(d) if layers is None else layers
@@ -76,4 +78,5 @@ class SelfSpeculative(TreeDecoder):
         self.layers = sorted(set(layers))
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
-        return LayerSkipDraft(self.model, self.layers, self.cfg["gamma"])
+        c = self.cfg
+        return LayerSkipDraft(self.model, self.layers, c["gamma"], c["schedule"], c["confidence"])

@@ -38,16 +38,38 @@ def resolve_draft(draft, target):
     return draft
 
 
+SCHEDULES = ("constant", "heuristic")
+
+
+def check_draft_options(cfg: dict) -> None:
+    """Validate the drafting options shared by draft-model and layer-skipping decoders."""
+    check_range("gamma", cfg["gamma"], 1)
+    if cfg["schedule"] not in SCHEDULES:
+        raise UserError(f"schedule={cfg['schedule']!r} is invalid; valid: {', '.join(SCHEDULES)}")
+    check_range("confidence", cfg["confidence"], 0.0, 1.0)
+
+
 class AutoregressiveDraft(Proposer):
     """Drafts a chain of up to ``gamma`` tokens one forward at a time on a private cache.
 
     Subclasses provide :meth:`new_cache` and :meth:`forward`. After a step with ``a`` of
     ``g`` drafts accepted, the cached positions stay valid up to the root plus
     ``min(a, g-1)`` drafts (the last draft was never fed), so :meth:`update` only crops.
+
+    Two knobs shorten wasted drafting; neither touches exactness (the verifier decides):
+
+    * ``confidence``: stop the chain after a drafted token whose draft probability is below
+      it (the token itself is still proposed; transformers' ``assistant_confidence_threshold``,
+      and BiLD's fallback rule on the small model's confidence). 0 disables it.
+    * ``schedule="heuristic"``: transformers' assisted-generation schedule; the draft length
+      grows by 2 after a step that accepted all ``gamma`` drafts and shrinks by 1 (to at
+      least 1) otherwise. It starts at ``gamma`` on every ``generate`` call (one proposer
+      per call), so results do not depend on which prompts ran before.
     """
 
-    def __init__(self, gamma: int):
-        self.gamma, self.cache, self._pending = gamma, self.new_cache(), None
+    def __init__(self, gamma: int, schedule: str = "constant", confidence: float = 0.0):
+        self.gamma, self.schedule, self.confidence = gamma, schedule, confidence
+        self.cache, self._pending = self.new_cache(), None
 
     def new_cache(self):
         raise NotImplementedError
@@ -68,23 +90,35 @@ class AutoregressiveDraft(Proposer):
                 q.append(acc.probs(logits, state.temperature))
                 x = acc.sample(q[-1], state.generator)
             tokens.append(x)
+            if self.confidence and self._prob(logits, x, q, state.temperature) < self.confidence:
+                break
             new = torch.tensor([[x]], device=state.ids.device)
+        g = len(tokens)
         self._pending = (state.ids.shape[1], g)
         draft_probs = None if state.temperature == 0 else (torch.stack(q) if q else torch.empty(0, 0))
         return Proposal(chain_tree(g), torch.tensor(tokens, dtype=torch.long), draft_probs)
+
+    @staticmethod
+    def _prob(logits: torch.Tensor, x: int, q: list, temperature: float) -> float:
+        """The draft's probability of its own token ``x`` (at the sampling temperature)."""
+        return float(q[-1][x]) if temperature else float(torch.softmax(logits.float(), -1)[x])
 
     def update(self, num_accepted: int) -> None:
         committed, g = self._pending
         if g:
             crop_to(self.cache, committed + min(num_accepted, g - 1))
+        if self.schedule == "heuristic":
+            # As transformers does: compare with the scheduled length, not with the drafted
+            # one, so a chain cut short by ``confidence`` or by ``remaining`` counts as a miss.
+            self.gamma = self.gamma + 2 if num_accepted == self.gamma else max(1, self.gamma - 1)
 
 
 class ModelDraft(AutoregressiveDraft):
     """Draft with a separate (smaller) causal LM."""
 
-    def __init__(self, draft, gamma: int):
+    def __init__(self, draft, gamma: int, schedule: str = "constant", confidence: float = 0.0):
         self.draft = draft
-        super().__init__(gamma)
+        super().__init__(gamma, schedule, confidence)
 
     def new_cache(self):
         return DynamicCache(config=self.draft.config)
@@ -102,12 +136,14 @@ class Speculative(TreeDecoder):
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft": None, "gamma": 4, **super().options()}
+        return {"draft": None, "gamma": 4, "schedule": "constant", "confidence": 0.0,
+                **super().options()}
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        check_range("gamma", self.cfg["gamma"], 1)
+        check_draft_options(self.cfg)
         self.draft = resolve_draft(self.cfg["draft"], model)
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
-        return ModelDraft(self.draft, self.cfg["gamma"])
+        c = self.cfg
+        return ModelDraft(self.draft, c["gamma"], c["schedule"], c["confidence"])
