@@ -27,7 +27,7 @@ _STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
 
 
 def _status_kb(field: str) -> int | None:
-    """A ``/proc/self/status`` field of this process in bytes (``VmHWM``, ``VmRSS``), or None off Linux."""
+    """A ``/proc/self/status`` field (``VmHWM``, ``VmRSS``) in bytes, or None off Linux."""
     try:
         m = re.search(rf"^{field}:\s+(\d+) kB", _STATUS.read_text(), re.M)
     except OSError:
@@ -79,8 +79,8 @@ class PeakMemory:
             return self
         import psutil
 
-        proc, self._stop = psutil.Process(), threading.Event()
-        self._proc = proc
+        self._proc = proc = psutil.Process()
+        self._stop = threading.Event()
         self.peak = proc.memory_info().rss
 
         def sample():

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from ..cache import seq_length
 from ..errors import UserError
 from ..forward import embed, logits_from_hidden, num_layers, run_layers
-from .speculative import AutoregressiveDraft, check_draft_options
+from .speculative import DRAFT_OPTIONS, AutoregressiveDraft, draft_options
 from .tree_loop import Proposer, TreeDecoder
 
 
@@ -62,12 +62,11 @@ class SelfSpeculative(TreeDecoder):
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft_layers": None, "gamma": 4, "schedule": "constant", "confidence": 0.0,
-                **super().options()}
+        return {"draft_layers": None, **DRAFT_OPTIONS, **super().options()}
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        check_draft_options(self.cfg)
+        self.drafting = draft_options(self.cfg)
         d = num_layers(model)
         layers = self.cfg["draft_layers"]
         layers = default_draft_layers(d) if layers is None else layers
@@ -78,5 +77,4 @@ class SelfSpeculative(TreeDecoder):
         self.layers = sorted(set(layers))
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
-        c = self.cfg
-        return LayerSkipDraft(self.model, self.layers, c["gamma"], c["schedule"], c["confidence"])
+        return LayerSkipDraft(self.model, self.layers, **self.drafting)

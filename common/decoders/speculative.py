@@ -39,14 +39,17 @@ def resolve_draft(draft, target):
 
 
 SCHEDULES = ("constant", "heuristic")
+# Drafting options (and defaults) of every AutoregressiveDraft decoder; see that class.
+DRAFT_OPTIONS = {"gamma": 4, "schedule": "constant", "confidence": 0.0}
 
 
-def check_draft_options(cfg: dict) -> None:
-    """Validate the drafting options shared by draft-model and layer-skipping decoders."""
+def draft_options(cfg: dict) -> dict:
+    """Validate a decoder's drafting options; return them as AutoregressiveDraft keywords."""
     check_range("gamma", cfg["gamma"], 1)
     if cfg["schedule"] not in SCHEDULES:
         raise UserError(f"schedule={cfg['schedule']!r} is invalid; valid: {', '.join(SCHEDULES)}")
     check_range("confidence", cfg["confidence"], 0.0, 1.0)
+    return {k: cfg[k] for k in DRAFT_OPTIONS}
 
 
 class AutoregressiveDraft(Proposer):
@@ -136,14 +139,12 @@ class Speculative(TreeDecoder):
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft": None, "gamma": 4, "schedule": "constant", "confidence": 0.0,
-                **super().options()}
+        return {"draft": None, **DRAFT_OPTIONS, **super().options()}
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        check_draft_options(self.cfg)
+        self.drafting = draft_options(self.cfg)
         self.draft = resolve_draft(self.cfg["draft"], model)
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
-        c = self.cfg
-        return ModelDraft(self.draft, c["gamma"], c["schedule"], c["confidence"])
+        return ModelDraft(self.draft, **self.drafting)
