@@ -1,7 +1,8 @@
 """Acceptance rules: which proposed tokens the target keeps, and which token it adds.
 
-Pure functions on logits / probabilities (no model, no cache), shared by every decoder that
-verifies proposals:
+Pure functions on logits / probabilities (no model, no cache), and the pluggable rules built
+on them (:class:`AcceptanceRule`, registered by name in :data:`RULES`; a decoder picks one by
+configuration, a paper package registers its own with :func:`register_rule`):
 
 * :func:`greedy_accept` - exact match against the target's argmax (lossless at temperature 0);
   works on a whole tree through its retrieve indices (Medusa's ``evaluate_posterior``).
@@ -77,9 +78,10 @@ def speculative_accept(draft_tokens: torch.Tensor, p: torch.Tensor, q: torch.Ten
         ``(accepted, next_token)``: kept draft tokens (0..g) and the resampled or bonus token.
     """
     g = draft_tokens.numel()
-    idx = torch.arange(g)
+    draft_tokens = draft_tokens.to(p.device)
+    idx = torch.arange(g, device=p.device)
     ratio = p[idx, draft_tokens] / q[idx, draft_tokens]      # [g]; q(x) > 0 since x ~ q
-    u = torch.rand(g, generator=generator, dtype=ratio.dtype)
+    u = torch.rand(g, generator=generator, dtype=ratio.dtype, device=p.device)
     accepted = int((u < ratio).long().cumprod(0).sum())      # u in [0, 1): u < ratio <=> u < min(1, ratio)
     if accepted == g:
         return g, sample(p[g], generator)
@@ -127,3 +129,98 @@ def typical_sample(logits: torch.Tensor, temperature: float, generator: torch.Ge
     p = probs(logits, temperature)
     p = torch.where(p < typical_threshold(p, threshold, alpha), torch.zeros_like(p), p)
     return sample(p / p.sum(), generator)
+
+
+# -- pluggable rules ---------------------------------------------------------------------------
+class AcceptanceRule:
+    """How a verifier turns the target's logits over a proposal into committed tokens.
+
+    ``evaluate`` picks the accepted path and the token the target adds after it;
+    ``next_token`` draws the token after a single position (the prefill, the bonus token).
+
+    Class attributes say what a rule needs, so a decoder can refuse a rule it cannot feed:
+    ``temperatures`` ("zero", "positive" or both), ``chain_only`` (no branching trees),
+    ``needs_draft_probs`` (proposals carry the distributions their tokens were drawn from),
+    ``lossless`` (greedy output equals vanilla's, or samples follow the target exactly).
+    """
+
+    name = "base"
+    temperatures: tuple[str, ...] = ("zero", "positive")
+    chain_only = False
+    needs_draft_probs = False
+    lossless = False
+
+    def __init__(self, temperature: float = 0.0, **options):
+        self.temperature = temperature
+        self.options = options
+
+    def evaluate(self, tree_tokens: torch.Tensor, logits: torch.Tensor, retrieve: torch.Tensor,
+                 draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
+                 generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
+        """Args: ``[n]`` node tokens (root first), ``[n, V]`` target logits, ``[L, D+1]``
+        retrieve indices, ``[n-1]`` proposed tokens, their ``[n-1, V]`` draft distributions.
+
+        Returns: ``([a+1] accepted node indices, root first; the next token id)``.
+        """
+        raise NotImplementedError
+
+    def next_token(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
+        """The token after ``[V]`` logits outside a proposal (sampled at ``temperature``)."""
+        if self.temperature == 0:
+            return int(logits.argmax())
+        return sample(probs(logits, self.temperature), generator)
+
+
+RULES: dict[str, type[AcceptanceRule]] = {}
+
+
+def register_rule(cls: type[AcceptanceRule]) -> type[AcceptanceRule]:
+    """Class decorator: make a rule selectable by its ``name``."""
+    RULES[cls.name] = cls
+    return cls
+
+
+@register_rule
+class Greedy(AcceptanceRule):
+    """Exact match against the target's argmax: lossless at temperature 0."""
+
+    name = "greedy"
+    temperatures = ("zero",)
+    lossless = True
+
+    def evaluate(self, tree_tokens, logits, retrieve, draft_tokens, draft_probs, generator):
+        row, a = greedy_accept(tree_tokens, logits, retrieve)
+        path = retrieve[row, : a + 1]
+        return path, int(logits[path[-1]].argmax())
+
+
+@register_rule
+class SpeculativeSampling(AcceptanceRule):
+    """Speculative sampling on a chain: committed tokens follow the target exactly."""
+
+    name = "speculative"
+    temperatures = ("positive",)
+    chain_only = True
+    needs_draft_probs = True
+    lossless = True
+
+    def evaluate(self, tree_tokens, logits, retrieve, draft_tokens, draft_probs, generator):
+        path = retrieve[0]
+        a, nxt = speculative_accept(draft_tokens, probs(logits[path], self.temperature), draft_probs, generator)
+        return path[: a + 1], nxt
+
+
+@register_rule
+class Typical(AcceptanceRule):
+    """Medusa's typical acceptance (not exact: longer paths for a bounded deviation)."""
+
+    name = "typical"
+    temperatures = ("positive",)
+
+    def evaluate(self, tree_tokens, logits, retrieve, draft_tokens, draft_probs, generator):
+        row, a = typical_accept(tree_tokens, logits, retrieve, self.temperature)
+        path = retrieve[row, : a + 1]
+        return path, self.next_token(logits[path[-1]], generator)
+
+    def next_token(self, logits, generator):
+        return typical_sample(logits, self.temperature, generator)

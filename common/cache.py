@@ -6,7 +6,8 @@ must then drop the rejected ones. Two edits cover every method here:
 * :func:`crop_to` keeps the first ``length`` positions (a linear chain was accepted);
 * :func:`keep_positions` keeps an arbitrary ordered set of positions (one path of a tree).
 
-Both work on a ``DynamicCache`` and on the self-attention half of an ``EncoderDecoderCache``
+:func:`gather_kv` / :func:`append_kv` move committed KV between caches (pipelined decoding's
+workers). All work on a ``DynamicCache`` and on the self-attention half of an ``EncoderDecoderCache``
 (BiLD's T5 models), and skip layers that were never filled (FIRP starts at a middle layer).
 """
 from __future__ import annotations
@@ -59,18 +60,43 @@ def keep_positions(cache, keep: torch.Tensor) -> None:
             where ``path`` are the tree-node indices of the accepted path.
     """
     c = _self_attention(cache)
-    keep = torch.as_tensor(keep, dtype=torch.long)
     for layer in c.layers:
         if _layer_len(layer) == 0:
             continue
-        idx = keep.to(layer.keys.device)
+        idx = torch.as_tensor(keep, dtype=torch.long, device=layer.keys.device)
         layer.keys = layer.keys.index_select(-2, idx)
         layer.values = layer.values.index_select(-2, idx)
 
 
 def accept_path(cache, prefix_len: int, node_indices) -> None:
-    """After a tree forward appended ``n`` nodes at ``prefix_len..``, keep the prefix and the
-    accepted nodes (tree indices, root first), dropping every other node."""
-    nodes = torch.as_tensor(list(node_indices), dtype=torch.long)
-    keep = torch.cat([torch.arange(prefix_len, dtype=torch.long), prefix_len + nodes])
-    keep_positions(cache, keep)
+    """After a tree forward appended nodes (and any injected positions) at ``prefix_len..``,
+    keep the prefix and the accepted nodes (tree indices, root first), dropping the rest.
+
+    Only the accepted nodes' slots are copied (to ``prefix_len..prefix_len+a``), the prefix
+    stays where it is, and the tail is cut by slicing: no copy of the whole cache per step.
+    """
+    c = _self_attention(cache)
+    a = len(node_indices)
+    for layer in c.layers:
+        if _layer_len(layer) == 0:
+            continue
+        src = prefix_len + torch.as_tensor(node_indices, dtype=torch.long, device=layer.keys.device)
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            t[..., prefix_len:prefix_len + a, :] = t.index_select(-2, src)  # gathered first: overlap-safe
+            setattr(layer, name, t[..., :prefix_len + a, :])
+
+
+def gather_kv(cache, layers: int, start: int, end: int) -> torch.Tensor:
+    """KV of positions ``[start, end)`` of layers ``[0, layers)`` -> ``[layers, 2, kvh, n, hd]``
+    fp32 (batch 1; the wire format of pipelined decoding's workers)."""
+    c = _self_attention(cache)
+    return torch.stack([torch.stack([c.layers[i].keys[0, :, start:end], c.layers[i].values[0, :, start:end]])
+                        for i in range(layers)]).float()
+
+
+def append_kv(cache, kv: torch.Tensor, dtype) -> None:
+    """Append ``kv`` ``[layers, 2, kvh, n, hd]`` (from :func:`gather_kv`) to layers
+    ``[0, layers)`` of ``cache``, cast to ``dtype``."""
+    for i in range(kv.shape[0]):
+        cache.update(kv[i, 0][None].to(dtype), kv[i, 1][None].to(dtype), i)

@@ -10,7 +10,6 @@ frozen). It is saved as an ordinary transformers checkpoint, so ``speculative`` 
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import time
@@ -42,7 +41,7 @@ def kl_loss(target, temperature: float = 1.0):
     def loss(draft, batch):
         total = 0.0
         for ex in batch:
-            ids = torch.tensor([ex["ids"]])
+            ids = torch.tensor([ex["ids"]], device=target.device)
             t0 = ex["start"] - 1
             with torch.no_grad():
                 p = target(input_ids=ids).logits[0, t0:-1] / temperature
@@ -79,35 +78,15 @@ def distill(target, corpus: list[dict], n_layers: int, out_dir: Path, cfg: Train
 
 
 def _main(argv=None) -> None:
-    from .models import load_model
-    from .selfdistill import load_or_build
+    from .selfdistill import component_main
 
-    ap = argparse.ArgumentParser(description="distill a draft model from the target's first layers")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--corpus", type=Path, required=True, help="self-distillation corpus cache (shared)")
-    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
-    ap.add_argument("--prompts", type=int, default=96)
-    ap.add_argument("--answer-tokens", type=int, default=128)
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    corpus = load_or_build(a.corpus, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
-    cfg = TrainConfig(lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed)
-    stats = distill(model, corpus, a.layers, a.out, cfg, tok)
-    if a.stats_out:
-        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
-        a.stats_out.write_text(json.dumps(stats, indent=1))
-    print(json.dumps(stats, indent=1))
+    def add_args(ap):
+        ap.add_argument("--layers", type=int, default=4)
+
+    def run(a, model, tok, corpus, cfg):
+        return distill(model, corpus, a.layers, a.out, cfg, tok)
+
+    component_main("distill a draft model from the target's first layers", add_args, run, argv, lr=5e-4)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,54 @@
-"""One forward path for every method, without forking the model's code.
+"""The layer-level forward path of causal LMs, without forking the model's code.
 
 Methods need more than ``model(input_ids)``: pipelined decoding runs layers ``[0, d_bar)`` and
-``[d_bar, d)`` separately, FIRP injects predicted hidden states at a middle layer, early-exit
-methods read logits from a middle layer, tree methods pass an ancestor mask. All of them go
-through :func:`run_layers`, which drives the model's own decoder layers with an explicit 4D
-mask and explicit position ids (``shared/notes/transformers-5.23.md`` section 5; single-token
-steps are bitwise equal to ``model(...)``, chunks with a mask agree to ~1e-5). Masks are always arguments here, never model attributes.
+``[d_bar, d)`` separately, self-speculative decoding skips layers, tree methods pass an
+ancestor mask, prompt decoding appends trained embeddings as extra positions, FIRP injects
+predicted hidden states at middle layers. :func:`run_layers` drives the model's own decoder
+layers with an explicit 4D mask and explicit position ids (single-token steps without a mask
+are bitwise equal to ``model(...)``; chunks with a mask agree to ~1e-5, ``docs/transformers.md``);
+:func:`verify_forward` builds on it for the verification forward with :class:`Injection`\\ s.
+Masks are always arguments, never model attributes. Prefill and single-token decoding steps
+go through ``model(...)`` itself (:mod:`common.target`), which is what a strong baseline runs.
 
 Supported: decoder-only models exposing ``model.model.layers``, ``model.model.norm``,
 ``model.model.rotary_emb`` and ``model.lm_head`` (LLaMA, Mistral, Qwen2, SmolLM2, Vicuna).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
 import torch
 
 from .errors import UserError
-from .tree import attention_mask_4d, causal_allow
 
 
-def num_layers(model) -> int:
-    """Decoder layer count ``d`` of a causal LM."""
-    return len(_backbone(model).layers)
+# -- masks --------------------------------------------------------------------------------
+def attention_mask_4d(allow: torch.Tensor, past_len: int, dtype=torch.float32) -> torch.Tensor:
+    """Additive mask for ``q`` new positions after ``past_len`` cached ones.
+
+    Args:
+        allow: ``[q, q]`` bool, which new position may attend which (causal, ancestor or
+            injection rows). The past is always fully visible.
+        past_len: cached positions.
+    Returns:
+        ``[1, 1, q, past_len + q]`` on ``allow``'s device: 0 (attend) / ``finfo(dtype).min``.
+        transformers passes a 4D float mask through untouched; a bool mask would be added as
+        0/1 by the eager kernel, so float it is.
+    """
+    q = allow.shape[0]
+    full = torch.ones(q, past_len + q, dtype=torch.bool, device=allow.device)
+    full[:, past_len:] = allow
+    out = torch.zeros(full.shape, dtype=dtype, device=allow.device)
+    return out.masked_fill_(~full, torch.finfo(dtype).min)[None, None]
 
 
+def causal_allow(q: int, device=None) -> torch.Tensor:
+    """``[q, q]`` lower-triangular bool mask (a chain is a tree with one path)."""
+    return torch.ones(q, q, dtype=torch.bool, device=device).tril_()
+
+
+# -- model structure ----------------------------------------------------------------------
 def _backbone(model):
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers"):
@@ -31,11 +57,25 @@ def _backbone(model):
     return inner
 
 
+def num_layers(model) -> int:
+    """Decoder layer count ``d`` of a causal LM."""
+    return len(_backbone(model).layers)
+
+
+def check_layers(layers, depth: int | None = None, name: str = "layer", lo: int = 1) -> None:
+    """Raise UserError unless every layer is an int in ``lo..depth-1`` (an exit strictly inside
+    the model by default). ``depth=None`` checks only the type and the lower bound."""
+    for layer in layers:
+        if not isinstance(layer, int) or isinstance(layer, bool) or layer < lo or \
+                (depth is not None and layer >= depth):
+            hi = "d-1" if depth is None else depth - 1
+            has = "" if depth is None else f" (model has {depth})"
+            raise UserError(f"{name}={layer!r} is outside the model's layers; valid: {lo}..{hi}{has}")
+
+
 def check_layer(model, layer: int, name: str = "layer") -> None:
     """Raise UserError unless ``1 <= layer < d`` (an exit strictly inside the model)."""
-    d = num_layers(model)
-    if not 1 <= layer < d:
-        raise UserError(f"{name}={layer} is outside the model's layers; valid: 1..{d - 1} (model has {d})")
+    check_layers([layer], num_layers(model), name)
 
 
 def embed(model, input_ids: torch.Tensor) -> torch.Tensor:
@@ -43,16 +83,27 @@ def embed(model, input_ids: torch.Tensor) -> torch.Tensor:
     return _backbone(model).embed_tokens(input_ids)
 
 
+def final_norm(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's final norm on raw layer output ``[..., H]``."""
+    return _backbone(model).norm(hidden)
+
+
+def logits_from_hidden(model, hidden: torch.Tensor, head=None) -> torch.Tensor:
+    """Final norm + LM head (or a given ``head``) on raw layer output ``[B, q, H]`` -> ``[B, q, V]``."""
+    return (head or model.lm_head)(final_norm(model, hidden))
+
+
+# -- layer ranges ---------------------------------------------------------------------------
 def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
                position_ids: torch.Tensor, allow: torch.Tensor | None = None) -> torch.Tensor:
     """Run decoder layers ``[start, end)`` on ``hidden``, appending to ``cache`` at those layers.
 
     Args:
         hidden: ``[1, q, H]`` input to layer ``start`` (embeddings when ``start == 0``).
-        cache: a ``DynamicCache``; layers ``start..end-1`` must hold the same past length.
+        cache: a ``DynamicCache`` or None; layers ``start..end-1`` must hold the same past length.
         position_ids: ``[1, q]`` absolute positions (tree nodes: past + depth).
-        allow: ``[q, q]`` bool attention among the new tokens (default: causal). The past is
-            always fully visible.
+        allow: ``[q, q]`` bool attention among the new positions (default: causal). The past
+            is always fully visible.
     Returns:
         ``[1, q, H]`` raw (un-normed) output of layer ``end - 1``.
     """
@@ -70,25 +121,105 @@ def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
     return hidden
 
 
-def logits_from_hidden(model, hidden: torch.Tensor, head=None) -> torch.Tensor:
-    """Final norm + LM head (or a given ``head``) on raw layer output ``[B, q, H]`` -> ``[B, q, V]``."""
-    normed = _backbone(model).norm(hidden)
-    return (head or model.lm_head)(normed)
+# -- the verification forward ---------------------------------------------------------------
+@dataclass
+class Injection:
+    """Extra positions a proposer adds to the verification forward (not tree nodes).
+
+    They enter before layer ``layer`` (0: as input embeddings, e.g. prompt decoding's prompt
+    tokens; ``l > 0``: as hidden states, e.g. FIRP's predicted states), run through the
+    remaining layers beside the tree nodes, and come back after the final norm. Tree nodes
+    never attend to them, so they cannot change the nodes' logits; their KV entries are
+    dropped when the accepted path is kept.
+
+    Attributes:
+        layer: entry layer ``0..d-1``.
+        states: ``[e, H]`` states, or a callable ``(hidden) -> [e, H]`` called with the
+            ``[q, H]`` input of layer ``layer`` at every position present there (tree nodes
+            first, then earlier injections' positions in order) - how FIRP maps a node's real
+            state to its pseudo states inside the same forward.
+        position_ids: ``[e]`` absolute positions (rotary embeddings).
+        allow: ``[e, q + e]`` bool, what each new position attends among the positions
+            present at its entry (same order as above) and the new ones; the cached past is
+            always visible.
+    """
+    layer: int
+    states: torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
+    position_ids: torch.Tensor
+    allow: torch.Tensor
 
 
-def tree_forward(model, input_ids: torch.Tensor, cache, allow: torch.Tensor,
-                 depth: torch.Tensor, **kwargs):
-    """One target forward over tree nodes through ``model(...)`` with an explicit mask.
+@dataclass
+class Verified:
+    """What one verification forward returns.
+
+    Attributes:
+        hidden: ``[n, H]`` final normed states of the tree nodes (the LM head's input).
+        extra_hidden: ``[E, H]`` final normed states of every injected position, in order
+            (empty when there are none).
+        captured: ``{layer: [q_l, H]}`` input of each requested layer at every position
+            present there (nodes first), for proposers that read intermediate states.
+    """
+    hidden: torch.Tensor
+    extra_hidden: torch.Tensor
+    captured: dict
+
+
+def _append_rows(allow: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Grow a ``[q, q]`` mask by ``e`` new positions: old rows never see them, new rows are
+    ``new`` (``[e, q + e]``)."""
+    q, e = allow.shape[0], new.shape[0]
+    out = torch.zeros(q + e, q + e, dtype=torch.bool, device=allow.device)
+    out[:q, :q] = allow
+    out[q:] = new
+    return out
+
+
+def _check_context(model, pos: torch.Tensor) -> None:
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and int(pos.max()) >= limit:
+        raise UserError(f"verification positions reach {int(pos.max())}, beyond the model's context of "
+                        f"{limit} positions; valid: a shorter prompt, fewer new tokens or a smaller tree")
+
+
+def verify_forward(model, cache, node_tokens: torch.Tensor, node_allow: torch.Tensor,
+                   node_positions: torch.Tensor, injections: Sequence[Injection] = (),
+                   capture: Sequence[int] = ()) -> Verified:
+    """One forward over tree nodes (and injected positions) after the cached past.
 
     Args:
-        input_ids: ``[1, n]`` node tokens (node 0 = root = last committed token).
-        cache: cache holding ``past`` committed positions; the n nodes are appended.
-        allow: ``[n, n]`` ancestor mask; ``depth``: ``[n]`` node depths.
+        node_tokens: ``[n]`` tokens of the tree nodes (node 0 = root).
+        node_allow: ``[n, n]`` ancestor mask; ``node_positions``: ``[n]`` absolute positions.
+        injections: extra positions, see :class:`Injection`.
+        capture: layers whose input states to return.
     Returns:
-        the model output (``.logits`` ``[1, n, V]``; hidden states if requested in kwargs).
+        :class:`Verified`. Every layer's cache gains the positions present at that layer
+        (tree nodes first); keep the accepted path with :func:`common.cache.accept_path`.
     """
-    past = cache.get_seq_length()
-    mask = attention_mask_4d(allow, past, model.dtype)
-    pos = (past + depth).unsqueeze(0)
-    return model(input_ids=input_ids, attention_mask=mask, position_ids=pos,
-                 past_key_values=cache, use_cache=True, **kwargs)
+    d = num_layers(model)
+    dev = node_tokens.device
+    hidden = embed(model, node_tokens[None])                      # [1, n, H]
+    pos, allow = node_positions.to(dev)[None], node_allow.to(dev)
+    by_layer: dict[int, list[Injection]] = {}
+    for inj in injections:
+        check_layers([inj.layer], d, "injection layer", lo=0)
+        by_layer.setdefault(inj.layer, []).append(inj)
+    captured = {}
+    bounds = sorted({0, d, *by_layer, *capture})
+    for start, end in zip(bounds, bounds[1:]):
+        for inj in by_layer.get(start, ()):
+            states = inj.states(hidden[0]) if callable(inj.states) else inj.states
+            e = states.shape[0]
+            if tuple(inj.allow.shape) != (e, hidden.shape[1] + e):
+                raise UserError(f"injection at layer {start}: allow has shape {list(inj.allow.shape)}; "
+                                f"valid: [{e}, {hidden.shape[1] + e}] (its positions x positions present)")
+            hidden = torch.cat([hidden, states.to(hidden.dtype)[None]], dim=1)
+            pos = torch.cat([pos, inj.position_ids.to(dev)[None]], dim=1)
+            allow = _append_rows(allow, inj.allow.to(dev))
+        _check_context(model, pos)
+        if start in capture:
+            captured[start] = hidden[0]
+        hidden = run_layers(model, hidden, cache, start, end, pos, allow)
+    n = node_tokens.numel()
+    normed = final_norm(model, hidden[0])
+    return Verified(normed[:n], normed[n:], captured)

@@ -16,7 +16,6 @@ Decoder ``medusa`` verifies the heads' candidates with the tree loop.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -24,10 +23,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .decoders.base import Option
 from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk
 from .errors import UserError, check_range, cli_main
-from .training import TrainConfig, load_trained, train
-from .tree import build_tree, load_tree, save_tree
+from .training import TrainConfig, fingerprint, load_trained, read_trained, save_trained, train
+from .tree import chain_paths, load_tree, save_tree
 from .tree_search import best_tree, expected_accept_length
 
 TREE_SIZES = (16, 32, 63)
@@ -84,19 +84,12 @@ class MedusaHeads(nn.Module):
         return torch.stack([o(b(h)) for b, o in zip(self.blocks, self.out)])
 
 
-def base_fingerprint(model) -> dict:
-    """What heads are tied to: a checkpoint trained for another base model is refused."""
-    c = model.config
-    return {"base": Path(str(c.name_or_path)).name, "layers": c.num_hidden_layers,
-            "hidden": c.hidden_size, "vocab": c.vocab_size}
-
-
 @torch.inference_mode()
 def features(model, corpus: list[dict]) -> list[dict]:
     """Frozen forward over each sequence: final normed hidden states ``[T, H]`` and ids ``[T]``."""
     out = []
     for ex in corpus:
-        ids = torch.tensor([ex["ids"]])
+        ids = torch.tensor([ex["ids"]], device=model.device)
         h = model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states[-1][0]
         out.append({"h": h.clone(), "ids": ids[0], "start": ex["start"]})
     return out
@@ -128,7 +121,7 @@ def topk_accuracy(heads: MedusaHeads, feats: list[dict], topk: int = TOPK) -> li
     """``acc[k][r]``: how often head k's rank-r candidate is the base model's token."""
     acc = []
     for k in range(len(heads.blocks)):
-        hits, n = torch.zeros(topk), 0
+        hits, n = torch.zeros(topk, device=heads.blocks[0].linear.weight.device), 0
         for ex in feats:
             p = _pairs(ex, k)
             if p is None:
@@ -149,9 +142,8 @@ def train_heads(model, corpus: list[dict], out_dir: Path, n_heads: int = 4, hold
     t0 = time.perf_counter()
     feats = features(model, corpus)
     train_feats, held = feats[:-holdout], feats[-holdout:]
-    heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads,
-                        model.lm_head.weight.detach(), share_lm_head)
-    meta = {**base_fingerprint(model), "n_heads": n_heads, "share_lm_head": share_lm_head}
+    heads = new_heads(model, n_heads, share_lm_head)
+    meta = heads_meta(model, n_heads, share_lm_head)
     log = train(heads, train_feats, loss_fn, cfg, out_dir / "heads.pt", out_dir / "train_log.jsonl",
                 meta=meta, desc="medusa heads")
     acc = topk_accuracy(heads, held)
@@ -165,6 +157,19 @@ def train_heads(model, corpus: list[dict], out_dir: Path, n_heads: int = 4, hold
                   source="medusa top-k accuracy on held-out self-distilled answers")
     (out_dir / "stats.json").write_text(json.dumps(stats, indent=1))
     return stats
+
+
+def new_heads(model, n_heads: int, share_lm_head: bool) -> MedusaHeads:
+    """Untrained heads for ``model`` (on its device and dtype), as training starts them."""
+    with torch.device(model.device):  # created where the model lives, whatever the default device
+        heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads,
+                            model.lm_head.weight.detach(), share_lm_head)
+    return heads.to(dtype=model.dtype)
+
+
+def heads_meta(model, n_heads: int, share_lm_head: bool) -> dict:
+    """The checkpoint identity of heads: the base model and the heads' shape."""
+    return {**fingerprint(model), "n_heads": n_heads, "share_lm_head": share_lm_head}
 
 
 class MedusaProposer(Proposer):
@@ -187,11 +192,27 @@ class Medusa(TreeDecoder):
     tree ``tree`` = one of 16/32/63 (the stored best tree) or a tree JSON path."""
 
     name = "medusa"
-    sampling = "typical"
+    default_sampling = "typical"
 
     @classmethod
     def options(cls) -> dict:
-        return {**super().options(), "heads": None, "tree": 63}
+        return {**super().options(), "heads": Option(None, (str, Path)),
+                "tree": Option(63, (int, str, Path), check=_check_tree)}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        """Random (untrained) heads: exactness must not depend on what the heads propose."""
+        out = []
+        for shared in (True, False):
+            folder = Path(workdir) / f"medusa_{'shared' if shared else 'own'}"
+            heads = new_heads(model, 3, shared)
+            with torch.no_grad():
+                for b in heads.blocks:  # untrained blocks are the identity; make them propose
+                    b.linear.weight.normal_(0, 0.5, generator=torch.Generator(device="cpu").manual_seed(3))
+            save_trained(heads, folder / "heads.pt", heads_meta(model, 3, shared))
+            save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), *chain_paths(3)])
+            out.append({"heads": str(folder), "tree": str(folder / "tree.json")})
+        return out
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -199,17 +220,15 @@ class Medusa(TreeDecoder):
         if folder is None:
             raise UserError("decoder 'medusa' needs heads=<folder with heads.pt> (train: python -m common.medusa)")
         folder = Path(folder)
-        ckpt = torch.load(folder / "heads.pt", weights_only=False) if (folder / "heads.pt").is_file() else None
-        if ckpt is None:
-            raise UserError(f"no Medusa heads at {folder}/heads.pt; train them first (python -m common.medusa)")
-        n_heads = ckpt["identity"]["meta"].get("n_heads", 0)
-        shared = bool(ckpt["identity"]["meta"].get("share_lm_head", False))
-        self.heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, n_heads,
-                                 model.lm_head.weight, shared)
-        load_trained(self.heads, folder / "heads.pt",
-                     meta={**base_fingerprint(model), "n_heads": n_heads, "share_lm_head": shared})
+        state = read_trained(folder / "heads.pt", hint="train Medusa heads first (python -m common.medusa)")
+        meta = state["identity"]["meta"]
+        n_heads, shared = int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))
+        if meta != heads_meta(model, n_heads, shared):
+            raise UserError(f"Medusa heads at {folder} were trained for {meta}, not {heads_meta(model, n_heads, shared)}")
+        self.heads = new_heads(model, n_heads, shared)
+        load_trained(self.heads, state)
         t = self.cfg["tree"]
-        self.tree = load_tree(folder / f"tree_{t}.json" if isinstance(t, int) else t)
+        self.tree = load_tree(folder / f"tree_{t}.json" if isinstance(t, int) else t).to(self.device)
         if self.tree.max_depth > n_heads:
             raise UserError(f"tree depth {self.tree.max_depth} exceeds the {n_heads} Medusa heads")
 
@@ -217,42 +236,27 @@ class Medusa(TreeDecoder):
         return MedusaProposer(self.heads, self.tree)
 
 
+def _check_tree(value) -> None:
+    if isinstance(value, int) and value not in TREE_SIZES:
+        raise UserError(f"tree={value} is not a stored tree size; valid: {', '.join(map(str, TREE_SIZES))} "
+                        "or a tree JSON file")
+
+
 def _main(argv=None) -> None:
-    from .models import load_model
+    from .selfdistill import component_main
 
-    ap = argparse.ArgumentParser(description="train Medusa-1 heads on self-distilled ShareGPT answers")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--corpus", type=Path, required=True, help="self-distillation corpus cache (shared)")
-    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--prompts", type=int, default=96)
-    ap.add_argument("--answer-tokens", type=int, default=128)
-    ap.add_argument("--holdout", type=int, default=16)
-    ap.add_argument("--share-lm-head", action="store_true",
-                    help="project every head through the base model's frozen LM head (train the blocks only)")
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    model, tok = load_model(a.model)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    cfg = TrainConfig(lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed, warmup_frac=0.04)
-    from .selfdistill import load_or_build
+    def add_args(ap):
+        ap.add_argument("--heads", type=int, default=4)
+        ap.add_argument("--holdout", type=int, default=16)
+        ap.add_argument("--share-lm-head", action="store_true",
+                        help="project every head through the base model's frozen LM head (train the blocks only)")
 
-    corpus = load_or_build(a.corpus, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
-    stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg, a.share_lm_head)
-    if a.stats_out:
-        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
-        a.stats_out.write_text(json.dumps(stats, indent=1))
-    print(json.dumps({k: stats[k] for k in ("train_wall_s", "params", "final_loss", "trees")}, indent=1))
-    print("top-1 accuracy per head:", [round(r[0], 3) for r in stats["accuracy"]])
+    def run(a, model, tok, corpus, cfg):
+        stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg, a.share_lm_head)
+        print("top-1 accuracy per head:", [round(r[0], 3) for r in stats["accuracy"]])
+        return stats
+
+    component_main("train Medusa-1 heads on self-distilled ShareGPT answers", add_args, run, argv, epochs=2)
 
 
 if __name__ == "__main__":

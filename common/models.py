@@ -149,8 +149,13 @@ def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str
 
 
 def tiny_llama(seed: int = 0, layers: int = 4, vocab: int = 96, hidden: int = 64, heads: int = 4,
-               kv_heads: int = 2):
-    """A tiny randomly initialized LLaMA (fp32, eager-free sdpa) for mechanics tests and smoke runs."""
+               kv_heads: int = 2, scale: float = 1.0):
+    """A tiny randomly initialized LLaMA (fp32, sdpa) for mechanics tests and smoke runs.
+
+    ``scale`` multiplies every weight but the norms and embeddings: at init (std 0.02) the
+    greedy output repeats one token, which would let a decoder with a broken cache still
+    "match"; with ``scale=10`` the output depends on the whole context.
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -158,7 +163,13 @@ def tiny_llama(seed: int = 0, layers: int = 4, vocab: int = 96, hidden: int = 64
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                       max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=1,
                       eos_token_id=2, pad_token_id=2, attn_implementation="sdpa")
-    return LlamaForCausalLM(cfg).eval()
+    model = LlamaForCausalLM(cfg).eval()
+    if scale != 1.0:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "norm" not in n and "embed" not in n:
+                    p.mul_(scale)
+    return model
 
 
 def param_count(module) -> int:
@@ -179,3 +190,24 @@ def _main() -> None:
 if __name__ == "__main__":
     from .errors import cli_main
     cli_main(_main)
+
+
+def tiny_t5(seed: int = 0, layers: int = 2, vocab: int = 96, d_model: int = 32, heads: int = 4):
+    """A tiny randomly initialized T5 (fp32, untied head) for encoder-decoder mechanics tests.
+
+    At init a T5's greedy output repeats one token whatever the context, which would let a
+    decoder with a broken cache still "match"; the decoder's self-attention, feed-forward and
+    relative-position weights are scaled x3 so the output follows the decoded prefix.
+    """
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = T5Config(vocab_size=vocab, d_model=d_model, d_kv=d_model // heads, d_ff=2 * d_model, num_layers=layers,
+                   num_decoder_layers=layers, num_heads=heads, decoder_start_token_id=0, pad_token_id=0,
+                   eos_token_id=1, relative_attention_num_buckets=8, dropout_rate=0.0, tie_word_embeddings=False)
+    model = T5ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("decoder.") and ("SelfAttention" in name or "DenseReluDense" in name):
+                p.mul_(3.0)
+    return model

@@ -1,8 +1,8 @@
 """Prompt formatting: the chat template for chat models, paper templates for task prompts.
 
-``TEMPLATES`` maps a template name to a format string with a ``{text}`` field (and
-``{context}``/``{question}`` where a dataset has them); paper packages add theirs here so that
-each template lives in one place and tables can print the templates actually used.
+``TEMPLATES`` maps a template name to a format string with a ``{text}`` field. Paper
+prompt templates (with their own fields) live in their package, e.g. Predictive Pipelined
+Decoding's Table 1 in that paper package's ``templates`` module.
 """
 from __future__ import annotations
 
@@ -10,19 +10,7 @@ import torch
 
 from .errors import unknown
 
-TEMPLATES: dict[str, str] = {
-    "plain": "{text}",
-    # PPD (Yang et al.), Table 1: rendered with their own fields by ppd_pipelined.templates.
-    "ppdp-squad": ("We have provided context information below.\n———————\n{context}\n———————\n"
-                   "### Given this information, please answer the question: {question}\n### Assistant:"),
-    "ppdp-wmt": ("### Instruction: Translate English sentence into French.\n"
-                 "English: Sounds like a typical rugby club to me.\n"
-                 "French: Ça m’a l’air d’être un club de rugby typique. #\n"
-                 "English: At an English university, perhaps…\n"
-                 "French: Dans une université anglaise, peut-être… #\n"
-                 "English: {source_sentence}\nFrench:"),
-    "ppdp-cnn_dm": "# Article\n{context}\n# Summarize the article\n### Assistant:",
-}
+TEMPLATES: dict[str, str] = {"plain": "{text}"}
 
 
 def render(template: str, text: str) -> str:

@@ -1,7 +1,9 @@
 """From raw benchmark records to summary tables (used by ``common.bench`` and the notebooks).
 
-Speedup follows Spec-Bench: a method's tokens/s over vanilla's on the same prompts in the
-same run. Mean accepted length is committed tokens per target forward.
+Which averages: ``tokens_per_s`` is a ratio of totals (every new token of a decoder over its
+summed wall time), so prompts with long answers weigh more than a mean of per-prompt rates
+would let them; ``speedup`` is that ratio over vanilla's on the same prompts in the same run.
+``mean_accepted_length`` is likewise total new tokens over total target forwards (steps).
 """
 from __future__ import annotations
 

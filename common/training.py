@@ -124,16 +124,44 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     return log
 
 
-def load_trained(module: torch.nn.Module, ckpt_path: Path, meta: dict | None = None) -> dict:
-    """Load a finished checkpoint into ``module``; returns its identity (config, meta)."""
+def fingerprint(model) -> dict:
+    """What a trained component is tied to: a checkpoint made for another base model (name,
+    depth, width or vocabulary) is refused when loaded."""
+    c = model.config
+    return {"base": Path(str(c.name_or_path)).name, "layers": c.num_hidden_layers,
+            "hidden": c.hidden_size, "vocab": c.vocab_size}
+
+
+def read_trained(ckpt_path: Path, hint: str = "train it first") -> dict:
+    """The state of a finished checkpoint (``identity``, ``module``, ...), read once."""
     ckpt_path = Path(ckpt_path)
     if not ckpt_path.is_file():
-        raise UserError(f"checkpoint {ckpt_path} does not exist; train it first")
-    state = torch.load(ckpt_path, weights_only=False)
+        raise UserError(f"checkpoint {ckpt_path} does not exist; {hint}")
+    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+    if not isinstance(state, dict) or "identity" not in state or "module" not in state:
+        raise UserError(f"{ckpt_path} is not a checkpoint written by common.training")
     if not state.get("done"):
         raise UserError(f"checkpoint {ckpt_path} is from an unfinished run; rerun training to resume it")
+    return state
+
+
+def load_trained(module: torch.nn.Module, ckpt, meta: dict | None = None) -> dict:
+    """Load a finished checkpoint (a path, or a state from :func:`read_trained`) into
+    ``module``; returns its identity (config, meta). ``meta`` must match the stored one."""
+    state = ckpt if isinstance(ckpt, dict) else read_trained(ckpt)
     if meta is not None and state["identity"]["meta"] != meta:
-        raise UserError(f"checkpoint {ckpt_path} was trained for {state['identity']['meta']}, not {meta}")
+        raise UserError(f"checkpoint was trained for {state['identity']['meta']}, not {meta}")
     module.load_state_dict(state["module"])
     module.eval()
     return state["identity"]
+
+
+def save_trained(module: torch.nn.Module, ckpt_path: Path, meta: dict) -> None:
+    """Store ``module`` as a finished checkpoint without training it (random components for
+    tests of the decoders that load them)."""
+    ckpt_path = Path(ckpt_path)
+    ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
+    torch.save({"identity": {"config": None, "meta": meta, "n_examples": 0}, "module": module.state_dict(),
+                "step": 0, "log": [], "done": True}, tmp)
+    os.replace(tmp, ckpt_path)

@@ -7,14 +7,14 @@ parent (the path without its last element) must also be in the tree.
 
 :func:`build_tree` turns paths into the buffers that the verifier needs, built once per tree:
 the ancestor mask, depths (position offsets), parents and retrieve indices (one row per
-root-to-leaf path). :func:`attention_mask_4d` turns the ancestor mask into the additive 4D
-float mask transformers passes through untouched (see ``shared/notes/transformers-5.23.md``
-section 4: it must cover past + q columns, and be float 0 / finfo.min, not bool).
+root-to-leaf path). Buffers are built on the CPU and moved once to the model's device with
+:meth:`TreeBuffers.to`; :func:`common.forward.attention_mask_4d` turns the ancestor mask into
+the attention mask of the verification forward.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -51,6 +51,22 @@ class TreeBuffers:
     def max_depth(self) -> int:
         return int(self.depth.max())
 
+    @property
+    def device(self) -> torch.device:
+        return self.parents.device
+
+    @property
+    def is_chain(self) -> bool:
+        """True when the nodes form one path (every node is its predecessor's child)."""
+        return bool((self.parents[1:] == torch.arange(self.size - 1, device=self.device)).all())
+
+    def to(self, device) -> "TreeBuffers":
+        """The same tree with its tensors on ``device`` (``self`` when already there)."""
+        if torch.device(device) == self.device:
+            return self
+        return TreeBuffers(**{f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
+                              for f in fields(self)})
+
 
 def build_tree(paths, max_nodes: int | None = None) -> TreeBuffers:
     """Build :class:`TreeBuffers` from candidate paths.
@@ -73,10 +89,12 @@ def build_tree(paths, max_nodes: int | None = None) -> TreeBuffers:
     n = len(ps) + 1
     if max_nodes is not None and n > max_nodes:
         raise UserError(f"tree has {n} nodes but at most {max_nodes} fit; use a smaller tree")
-    parents = torch.full((n,), -1, dtype=torch.long)
-    depth = torch.zeros(n, dtype=torch.long)
-    rank = torch.zeros(n, dtype=torch.long)
-    mask = torch.eye(n, dtype=torch.bool)
+    # Built on the CPU whatever the default device (Python-side loops); moved once with .to().
+    cpu = torch.device("cpu")
+    parents = torch.full((n,), -1, dtype=torch.long, device=cpu)
+    depth = torch.zeros(n, dtype=torch.long, device=cpu)
+    rank = torch.zeros(n, dtype=torch.long, device=cpu)
+    mask = torch.eye(n, dtype=torch.bool, device=cpu)
     for p, i in index.items():
         if not p:
             continue
@@ -92,34 +110,13 @@ def build_tree(paths, max_nodes: int | None = None) -> TreeBuffers:
             j = int(parents[j])
         rows.append(chain[::-1])
     width = max(len(r) for r in rows)
-    retrieve = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long)
+    retrieve = torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.long, device=cpu)
     return TreeBuffers(tuple(ps), parents, depth, rank, mask, retrieve)
 
 
 def chain_paths(length: int) -> list[tuple[int, ...]]:
     """The linear tree of ``length`` top-1 candidates (speculative decoding's chain)."""
     return [(0,) * d for d in range(1, length + 1)]
-
-
-def attention_mask_4d(allow: torch.Tensor, past_len: int, dtype=torch.float32) -> torch.Tensor:
-    """Additive mask for ``q`` new tokens after ``past_len`` cached ones.
-
-    Args:
-        allow: ``[q, q]`` bool, which new token may attend which (causal or ancestor mask).
-        past_len: cached positions, all visible to every new token.
-    Returns:
-        ``[1, 1, q, past_len + q]`` tensor of 0 (attend) / ``finfo(dtype).min`` (masked).
-    """
-    q = allow.shape[0]
-    full = torch.ones(q, past_len + q, dtype=torch.bool, device=allow.device)
-    full[:, past_len:] = allow
-    out = torch.zeros(full.shape, dtype=dtype, device=allow.device)
-    return out.masked_fill_(~full, torch.finfo(dtype).min)[None, None]
-
-
-def causal_allow(q: int, device=None) -> torch.Tensor:
-    """``[q, q]`` lower-triangular bool mask (a chain is a tree with one path)."""
-    return torch.ones(q, q, dtype=torch.bool, device=device).tril_()
 
 
 def save_tree(path: Path, paths, **stats) -> None:

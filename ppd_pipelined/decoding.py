@@ -51,13 +51,13 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import DynamicCache
 
-from common.decoders.base import DecodeOutput, Decoder
-from common.errors import UserError, check_range, unknown
+from common.cache import append_kv, gather_kv
+from common.decoders.base import DecodeOutput, Decoder, Option
+from common.errors import UserError, check_range
 from common.forward import check_layer, embed, logits_from_hidden, num_layers, run_layers
 
-from .workers import GlooPool, SerialPool, append_kv, early_topk, gather_kv
+from .workers import GlooPool, SerialPool, early_topk
 
 MAX_K = 8
 BACKENDS = ("gloo", "serial")
@@ -137,31 +137,26 @@ class PipelinedDecoder(Decoder):
 
     @classmethod
     def options(cls) -> dict:
-        return {"k": 1, "exit_layer": None, "head": None, "backend": "gloo", "threads": None,
-                "offload_head": False}
+        return {"k": Option(1, (int,), lo=1, hi=MAX_K), "exit_layer": Option(None, (int,), lo=1),
+                "head": Option(None, (str, Path, nn.Module)), "backend": Option("gloo", (str,), choices=BACKENDS),
+                "threads": Option(None, (int,), lo=1), "offload_head": False}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        # serial: the same algorithm in-process (the gloo pool has tests of its own)
+        d = num_layers(model)
+        return [{"k": 1, "backend": "serial"}, {"k": 3, "exit_layer": d - 1, "backend": "serial"},
+                {"k": 2, "exit_layer": 1, "backend": "serial", "offload_head": True}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
         check_model(model)
         self.d = num_layers(model)
+        # types and ranges are checked by the option declarations; what depends on the model:
         k, exit_layer, backend, threads = (self.cfg[n] for n in ("k", "exit_layer", "backend", "threads"))
-        if backend not in BACKENDS:
-            raise unknown("backend", backend, BACKENDS)
-        if not isinstance(k, int) or isinstance(k, bool):
-            raise UserError(f"k must be an integer; got {k!r}")
-        check_range("k", k, 1)
-        if k > MAX_K:
-            raise UserError(f"k={k} sub-workers is more than backend {backend!r} starts (one process and CPU "
-                            f"share per sub-worker); valid: 1..{MAX_K}")
         check_range("k", k, 1, model.lm_head.out_features)
         self.exit_layer = self.d // 2 if exit_layer is None else exit_layer
-        if not isinstance(self.exit_layer, int) or isinstance(self.exit_layer, bool):
-            raise UserError(f"exit_layer must be an integer; got {self.exit_layer!r}")
         check_layer(model, self.exit_layer, "exit_layer")
-        if threads is not None:
-            check_range("threads", threads, 1)
-        if not isinstance(self.cfg["offload_head"], bool):
-            raise UserError(f"offload_head must be true or false; got {self.cfg['offload_head']!r}")
         self.offload_head = self.cfg["offload_head"]
         self.k, self.backend = k, backend
         self.split = min(self.exit_layer, self.d - self.exit_layer)  # layers a sub-worker runs
@@ -217,20 +212,20 @@ class PipelinedDecoder(Decoder):
         pool.reset_stats()
         clock = time.perf_counter
         t_start = clock()
-        cache = DynamicCache(config=m.config)
         # The prefill is vanilla's own call, so the prompt KV is bitwise vanilla's.
-        logits = m(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
-        tok = int(logits[0, -1].argmax())
+        logits, _ = self.target.start(input_ids)
+        cache = self.target.cache
+        tok = int(logits.argmax())
         layer_s, layer_n, head_s, head_n = 0.0, 0, 0.0, 0
         tokens, matches = [tok], []
         pos = input_ids.shape[1]  # position of the current token x_t = tokens[-1]
         synced = 0                # committed positions the sub-workers hold
         h_split = None            # [1, 1, H] layer-`split` output of x_t from a matching sub-worker
         while tok not in self.eos and len(tokens) < max_new_tokens:
-            pos_ids = torch.tensor([[pos]])
+            pos_ids = torch.tensor([[pos]], device=m.device)
             t0 = clock()
             if h_split is None:       # no match: x_t from layer 0
-                h, n_layers = run_layers(m, embed(m, torch.tensor([[tok]])), cache, 0, d_bar, pos_ids), d_bar
+                h, n_layers = run_layers(m, embed(m, torch.tensor([[tok]], device=m.device)), cache, 0, d_bar, pos_ids), d_bar
             else:                     # match: continue from the sub-worker's layer `split`
                 h = run_layers(m, h_split, cache, split, d_bar, pos_ids) if split < d_bar else h_split
                 n_layers = d_bar - split

@@ -46,7 +46,7 @@ from common.errors import UserError, cli_main
 from common.forward import num_layers
 from common.hardware import describe
 from common.prompts import encode_prompt
-from common.training import TrainConfig, load_trained, train
+from common.training import TrainConfig, fingerprint, load_trained, read_trained, train
 
 from .config import HeadsConfig, check_layers
 
@@ -68,13 +68,6 @@ class LayerHeads(nn.Module):
         if layer not in self.layers:
             raise UserError(f"no trained head for layer {layer}; trained: {self.layers}")
         return self.heads[self.layers.index(layer)]
-
-
-def fingerprint(model) -> dict:
-    """What the heads are tied to: a checkpoint for another base model is refused."""
-    c = model.config
-    return {"base": Path(str(c.name_or_path)).name, "layers": c.num_hidden_layers,
-            "hidden": c.hidden_size, "vocab": c.vocab_size}
 
 
 def new_heads(model, layers) -> LayerHeads:
@@ -202,15 +195,12 @@ def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_p
 
 def load_heads(model, ckpt_path: Path) -> LayerHeads:
     """The trained heads of a finished checkpoint (refused for another base model)."""
-    ckpt_path = Path(ckpt_path)
-    if not ckpt_path.is_file():
-        raise UserError(f"heads checkpoint {ckpt_path} does not exist; train it first (rule ppdp_train_heads)")
-    ident = torch.load(ckpt_path, weights_only=False, map_location="cpu")["identity"]
-    meta = ident["meta"]
+    state = read_trained(ckpt_path, hint="train it first (rule ppdp_train_heads)")
+    meta = state["identity"]["meta"]
     if meta.get("model") != fingerprint(model):
         raise UserError(f"heads checkpoint {ckpt_path} was trained for {meta.get('model')}, not {fingerprint(model)}")
     heads = LayerHeads(meta["layers"], model.config.hidden_size, model.lm_head.out_features)
-    load_trained(heads, ckpt_path)
+    load_trained(heads, state)
     return heads.to(device=model.device, dtype=model.dtype)
 
 

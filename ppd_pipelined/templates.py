@@ -1,7 +1,7 @@
 """Table 1's prompts on the profile's data, written once as a prompt file both runs read.
 
-The templates themselves live in :data:`common.prompts.TEMPLATES` (``ppdp-squad``,
-``ppdp-wmt``, ``ppdp-cnn_dm``, the paper's text verbatim). This module fills their fields
+The templates are :data:`TEMPLATES` (``ppdp-squad``, ``ppdp-wmt``, ``ppdp-cnn_dm``, the
+paper's text verbatim). This module fills their fields
 from a dataset sample and writes the rendered prompts as an MT-Bench-format JSONL, so the
 match-rate runs (:mod:`ppd_pipelined.matchrate`) and the Table 3 benchmark
 (``common.bench --prompts``) see the same prompt text. Each record also names the template,
@@ -25,8 +25,20 @@ from pathlib import Path
 
 from common.data import PAPER_DATASETS, Sample, load_dataset_samples
 from common.errors import UserError, check_range, cli_main, unknown
-from common.prompts import TEMPLATES
 from common.records import JsonlWriter
+
+# Table 1 of the paper, verbatim.
+TEMPLATES: dict[str, str] = {
+    "ppdp-squad": ("We have provided context information below.\n———————\n{context}\n———————\n"
+                   "### Given this information, please answer the question: {question}\n### Assistant:"),
+    "ppdp-wmt": ("### Instruction: Translate English sentence into French.\n"
+                 "English: Sounds like a typical rugby club to me.\n"
+                 "French: Ça m’a l’air d’être un club de rugby typique. #\n"
+                 "English: At an English university, perhaps…\n"
+                 "French: Dans une université anglaise, peut-être… #\n"
+                 "English: {source_sentence}\nFrench:"),
+    "ppdp-cnn_dm": "# Article\n{context}\n# Summarize the article\n### Assistant:",
+}
 
 PAPER_DATA = {"squad": "squad", "wmt": "wmt14-en-fr", "cnn_dm": "cnn_dm"}  # task -> the paper's set
 FIELD_RULES = {

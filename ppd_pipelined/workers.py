@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 from transformers import DynamicCache
 
-from common.cache import crop_to
+from common.cache import append_kv, crop_to, gather_kv
 from common.forward import embed, logits_from_hidden, run_layers
 
 STOP, STEP, SELECT = 0, 1, 2
@@ -62,18 +62,6 @@ def kv_dims(model) -> tuple[int, int]:
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     return kv_heads, head_dim
-
-
-def gather_kv(cache, layers: int, start: int, end: int) -> torch.Tensor:
-    """KV of positions ``[start, end)`` of layers ``[0, layers)`` -> ``[layers, 2, kvh, n, hd]`` fp32."""
-    return torch.stack([torch.stack([cache.layers[i].keys[0, :, start:end], cache.layers[i].values[0, :, start:end]])
-                        for i in range(layers)]).float()
-
-
-def append_kv(cache, kv: torch.Tensor, dtype) -> None:
-    """Append ``kv`` ``[layers, 2, kvh, n, hd]`` to layers ``[0, layers)`` of ``cache``."""
-    for i in range(kv.shape[0]):
-        cache.update(kv[i, 0][None].to(dtype), kv[i, 1][None].to(dtype), i)
 
 
 def early_topk(model, h_exit: torch.Tensor, head, k: int) -> list[int]:
@@ -106,12 +94,13 @@ class SubWorker:
         else:
             crop_to(self.cache, start)  # no-op normally; drops anything the main did not commit
         append_kv(self.cache, kv, self.model.dtype)
-        pos = torch.tensor([[start + n]])
-        h = run_layers(self.model, embed(self.model, torch.tensor([[cand]])), self.cache, 0, self.split, pos)
+        dev = self.model.device
+        pos = torch.tensor([[start + n]], device=dev)
+        h = run_layers(self.model, embed(self.model, torch.tensor([[cand]], device=dev)), self.cache, 0, self.split, pos)
         new_kv = gather_kv(self.cache, self.split, start + n, start + n + 1)
         crop_to(self.cache, start + n)  # the candidate is tentative: keep committed tokens only
         busy = time.perf_counter() - t0
-        return torch.cat([h.reshape(-1).float(), new_kv.reshape(-1), torch.tensor([busy])])
+        return torch.cat([h.reshape(-1).float(), new_kv.reshape(-1), torch.tensor([busy], device=dev)])
 
 
 def unpack_result(buf: torch.Tensor, hidden: int, kv_shape) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,6 +17,13 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def chaotic_llama():
+    """The tiny LLaMA with its layer weights scaled x10, so its greedy output depends on the
+    whole context (22-25 distinct tokens in 30)."""
+    return tiny_llama(seed=0, scale=10.0)
+
+
+@pytest.fixture(scope="session")
 def embedded():
     """(model, tokenizer) of the embedded model; converts the GGUF once if needed (~40 s)."""
     torch.set_num_threads(2)
@@ -25,7 +32,7 @@ def embedded():
     return load_model(EMBEDDED)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_thread():
     """Tiny-model ops are too small for 2 threads: on a shared 2-core machine the second thread
     only adds spin-waiting (5 s instead of 0.2 s for a brute-force recomputation)."""

@@ -72,7 +72,7 @@ def test_medusa_bad_input(tiny, trained, tmp_path):
     out, _ = trained
     with pytest.raises(UserError, match="needs heads"):
         get_decoder("medusa", tiny)
-    with pytest.raises(UserError, match="no Medusa heads"):
+    with pytest.raises(UserError, match="heads.pt does not exist; train Medusa heads first"):
         get_decoder("medusa", tiny, heads=str(tmp_path))
     other = tiny_llama(seed=1, layers=2)
     with pytest.raises(UserError, match="trained for"):

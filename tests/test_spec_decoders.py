@@ -4,13 +4,13 @@ Lossless at temperature 0 (token for token equal to ``vanilla``), the tree loop 
 oracle proposer with known accepted lengths, speculative sampling against the target's exact
 next-token distribution (chi-square), and bad input.
 """
-import copy
 
 import pytest
 import torch
 
 from common import acceptance as acc
 from common.decoders import DECODERS, get_decoder, tree_loop
+from common.decoders.speculative import perturbed_copy
 from common.decoders.tree_loop import (Proposal, Proposer, TreeDecoder, candidates_from_topk,
                                        chain_tree)
 from common.errors import UserError
@@ -21,42 +21,21 @@ PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 9], [1, 77, 3, 3, 3, 12,
 LENGTHS = [1, 7, 30]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny forwards gain nothing from a second thread, which only spins on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _chaotic(model, k=10.0):
-    # At init (std 0.02) a target LLaMA's greedy output repeats one token, which would let a
-    # decoder with a broken cache still "match". Larger layer weights make the output depend
-    # on the whole context (22-25 distinct tokens in 30 on PROMPTS).
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" not in n and "embed" not in n:
-                p.mul_(k)
-    return model
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def target():
+def target(chaotic_llama):
     """4 layers, vocab 96, varied greedy output."""
-    return _chaotic(tiny_llama(seed=0))
+    return chaotic_llama
 
 
 @pytest.fixture(scope="module")
 def drafts(target):
     """A random 1-layer draft (rarely agrees), a slightly perturbed copy of the target
     (agrees for a few tokens at a time) and the target itself (always agrees)."""
-    near = copy.deepcopy(target)
-    g = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for p in near.parameters():
-            p.add_(0.002 * torch.randn(p.shape, generator=g))
-    return {"random": _chaotic(tiny_llama(seed=1, layers=1)), "near": near, "self": target}
+    near = perturbed_copy(target, 0.002, seed=7)
+    return {"random": tiny_llama(seed=1, layers=1, scale=10.0), "near": near, "self": target}
 
 
 CONFIGS = [  # (decoder, options; draft names refer to the ``drafts`` fixture)
@@ -179,8 +158,8 @@ class OracleProposer(Proposer):
             topk.append(row)
         return Proposal(self.tree, candidates_from_topk(self.tree, torch.tensor(topk)))
 
-    def update(self, num_accepted):
-        self.step, self.last = self.step + 1, num_accepted
+    def update(self, result):
+        self.step, self.last = self.step + 1, result.accepted
 
 
 class OracleDecoder(TreeDecoder):
@@ -369,9 +348,9 @@ def test_wrong_acceptance_rule_fails_the_same_test(vocab16, monkeypatch, rule):
 def test_bad_input(target, drafts):
     for name in ("speculative", "self_speculative", "hf_assisted"):
         assert name in DECODERS
-    with pytest.raises(UserError, match="gamma=0 is out of range"):
+    with pytest.raises(UserError, match="option gamma=0 is invalid; valid: an integer >= 1"):
         get_decoder("speculative", target, draft=drafts["random"], gamma=0)
-    with pytest.raises(UserError, match="gamma=0 is out of range"):
+    with pytest.raises(UserError, match="option gamma=0 is invalid"):
         get_decoder("self_speculative", target, gamma=0)
     other_vocab = tiny_llama(seed=2, layers=1, vocab=50)
     for name in ("speculative", "hf_assisted"):
@@ -390,7 +369,7 @@ def test_bad_input(target, drafts):
     with pytest.raises(UserError, match="no option"):
         get_decoder("self_speculative", target, draft="x")
     for name, extra in (("speculative", {"draft": drafts["random"]}), ("self_speculative", {})):
-        with pytest.raises(UserError, match="schedule='adaptive' is invalid; valid: constant, heuristic"):
+        with pytest.raises(UserError, match="schedule='adaptive' is invalid; valid: one of 'constant', 'heuristic'"):
             get_decoder(name, target, schedule="adaptive", **extra)
-        with pytest.raises(UserError, match=r"confidence=1.5 is out of range; valid: \[0.0, 1.0\]"):
+        with pytest.raises(UserError, match=r"confidence=1.5 is invalid; valid: a number in \[0.0, 1.0\]"):
             get_decoder(name, target, confidence=1.5, **extra)

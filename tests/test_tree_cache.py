@@ -5,8 +5,9 @@ from transformers import DynamicCache
 
 from common.cache import accept_path, crop_to, keep_positions, seq_length
 from common.errors import UserError
-from common.forward import check_layer, embed, logits_from_hidden, run_layers, tree_forward
-from common.tree import attention_mask_4d, build_tree, chain_paths, load_tree, save_tree
+from common.forward import attention_mask_4d, check_layer, embed, logits_from_hidden, run_layers
+from common.target import make_target
+from common.tree import build_tree, chain_paths, load_tree, save_tree
 
 PATHS = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 1, 0), (0, 1, 1)]
 TOKENS = {(): 5, (0,): 11, (1,): 12, (2,): 13, (0, 0): 21, (0, 1): 22, (1, 0): 23,
@@ -67,9 +68,9 @@ def test_tree_logits_equal_sequential_per_path(tiny):
     prompt = [1, 7, 8, 9, 10]
     t = build_tree(PATHS)
     nodes = [()] + list(t.paths)
-    cache = prefill(tiny, prompt[:-1])  # the root token (5) is fed with the tree
-    ids = torch.tensor([[TOKENS[n] for n in nodes]])
-    logits = tree_forward(tiny, ids, cache, t.ancestor_mask, t.depth).logits[0]
+    tgt = make_target(tiny)
+    tgt.start(torch.tensor([prompt[:-1]]))  # the root token (5) is fed with the tree
+    logits, _ = tgt.verify(torch.tensor([TOKENS[n] for n in nodes]), t)
     for i, n in enumerate(nodes):
         seq = prompt[:-1] + [TOKENS[n[:k]] for k in range(len(n) + 1)]
         ref = full_logits(tiny, seq)[-1]
@@ -80,9 +81,10 @@ def test_accept_path_equals_recomputation(tiny):
     prompt = [1, 7, 8, 9]
     t = build_tree(PATHS)
     nodes = [()] + list(t.paths)
-    cache = prefill(tiny, prompt)
-    ids = torch.tensor([[TOKENS[n] for n in nodes]])
-    tree_forward(tiny, ids, cache, t.ancestor_mask, t.depth)
+    tgt = make_target(tiny)
+    tgt.start(torch.tensor([prompt]))
+    cache = tgt.cache
+    tgt.verify(torch.tensor([TOKENS[n] for n in nodes]), t)
     path = [0, nodes.index((0,)), nodes.index((0, 1)), nodes.index((0, 1, 1))]
     accept_path(cache, len(prompt), path)
     assert seq_length(cache) == len(prompt) + 4

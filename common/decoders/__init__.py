@@ -1,32 +1,38 @@
 """Decoder registry: ``get_decoder(name, model, tokenizer, **cfg)``.
 
-Names map to ``module:Class`` strings so paper packages register decoders without
-``common`` importing them eagerly.
+Decoders register through the ``decoding_repro.decoders`` entry-point group of the installed
+distribution (``pyproject.toml``): each package lists its own classes there, and nothing in
+``common`` imports a paper package. A class is imported only when it is asked for.
 """
 from __future__ import annotations
 
-import importlib
+from importlib.metadata import entry_points
 
-from ..errors import unknown
-from .base import DecodeOutput, Decoder, eos_ids
+from ..errors import UserError, unknown
+from .base import DecodeOutput, Decoder, Option, eos_ids
 
-DECODERS: dict[str, str] = {
-    "vanilla": "common.decoders.greedy:Vanilla",
-    "hf_generate": "common.decoders.hf:HFGenerate",
-    "prompt_lookup": "common.decoders.hf:PromptLookup",
-    "speculative": "common.decoders.speculative:Speculative",
-    "self_speculative": "common.decoders.self_spec:SelfSpeculative",
-    "hf_assisted": "common.decoders.assisted:HFAssisted",
-    "medusa": "common.medusa:Medusa",
-    "ppd_pipelined": "ppd_pipelined.decoding:PipelinedDecoder",
-}
+GROUP = "decoding_repro.decoders"
+
+
+def _discover() -> dict[str, str]:
+    """name -> ``module:Class`` of every registered decoder."""
+    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
+
+
+DECODERS: dict[str, str] = _discover()
 
 
 def decoder_class(name: str) -> type[Decoder]:
+    if not DECODERS:
+        raise UserError(f"no decoders are registered (entry-point group {GROUP!r}); install the "
+                        "repository first: bash tools/setup.sh (or pip install -e .)")
     if name not in DECODERS:
         raise unknown("decoder", name, DECODERS)
-    mod, cls = DECODERS[name].split(":")
-    return getattr(importlib.import_module(mod), cls)
+    ep = next(e for e in entry_points(group=GROUP) if e.name == name)
+    cls = ep.load()
+    if cls.name != name:
+        raise UserError(f"entry point {name!r} loads {ep.value} whose name is {cls.name!r}; fix pyproject.toml")
+    return cls
 
 
 def get_decoder(name: str, model, tokenizer=None, **cfg) -> Decoder:
@@ -34,4 +40,4 @@ def get_decoder(name: str, model, tokenizer=None, **cfg) -> Decoder:
     return decoder_class(name)(model, tokenizer, **cfg)
 
 
-__all__ = ["DECODERS", "DecodeOutput", "Decoder", "decoder_class", "eos_ids", "get_decoder"]
+__all__ = ["DECODERS", "DecodeOutput", "Decoder", "Option", "decoder_class", "eos_ids", "get_decoder"]

@@ -9,19 +9,26 @@ step (constant schedule) and cuts the chain after the first draft token of proba
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from .base import DecodeOutput
+from .base import DecodeOutput, Option
 from .hf import HFGenerate
-from .speculative import resolve_draft
+from .speculative import perturbed_copy, resolve_draft
 
 
 class HFAssisted(HFGenerate):
     name = "hf_assisted"
+    model_kinds = ("causal",)
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft": None}
+        return {"draft": Option(None, (str, Path, torch.nn.Module))}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        return [{"draft": perturbed_copy(model)}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)

@@ -6,15 +6,25 @@
 prefill, counted as Spec-Bench does: the prefill is step 1), ``accept_lengths`` (tokens
 committed per step; they sum to ``new_tokens``), ``new_tokens`` and ``wall_time`` (s).
 Methods add their own keys (e.g. ``matches`` for pipelined decoding).
+
+Options are declared once per class (:meth:`Decoder.options`), each with its type and range
+(:class:`Option`; a bare default declares its own type), and checked on construction, so a
+wrong-typed or out-of-range setting fails before anything runs. ``model_kinds`` says which
+models a decoder serves (``causal``, ``seq2seq``); ``lossless`` marks decoders whose greedy
+output must equal ``vanilla``'s token for token (the lossless test runs every such decoder,
+with the option sets :meth:`Decoder.test_configs` gives for a tiny random model).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
 from ..errors import UserError
+from ..target import make_target, model_kind
 
 
 @dataclass
@@ -34,32 +44,120 @@ def eos_ids(model, tokenizer=None) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
 
 
+_TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
+               list: "a list", Path: "a path", torch.nn.Module: "a model object"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One decoder option: default, accepted types, range or choices.
+
+    Attributes:
+        default: the value when the option is not given (``None`` means "not set" and is
+            always accepted).
+        types: accepted Python types; ``bool`` is never taken for ``int``/``float`` and an
+            ``int`` is taken where ``float`` is accepted.
+        lo, hi: inclusive bounds for numbers; ``choices``: the valid values (for strings).
+        check: extra check ``(value) -> None`` raising UserError (e.g. list contents).
+    """
+    default: Any = None
+    types: tuple = ()
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple | None = None
+    check: Callable[[Any], None] | None = None
+
+    def valid(self) -> str:
+        """What is valid, in words, for error messages."""
+        if self.choices is not None:
+            return "one of " + ", ".join(map(repr, self.choices))
+        what = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in self.types) or "any value"
+        if self.lo is not None and self.hi is not None:
+            what += f" in [{self.lo}, {self.hi}]"
+        elif self.lo is not None:
+            what += f" >= {self.lo}"
+        return what + (" or null" if self.default is None and self.types else "")
+
+    def validate(self, decoder: str, name: str, value) -> None:
+        if value is None and self.default is None:
+            return
+        ok = not self.types or any(_is(value, t) for t in self.types)
+        if ok and self.choices is not None:
+            ok = value in self.choices
+        if ok and isinstance(value, (int, float)) and not isinstance(value, bool):
+            ok = (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
+        if not ok:
+            raise UserError(f"decoder {decoder!r} option {name}={value!r} is invalid; valid: {self.valid()}")
+        if self.check is not None:
+            self.check(value)
+
+
+def _is(value, t) -> bool:
+    if isinstance(value, bool):
+        return t is bool
+    if t is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, t)
+
+
+def as_option(default) -> Option:
+    """A bare default declares an option of its own type (None: any value)."""
+    if isinstance(default, Option):
+        return default
+    if default is None:
+        return Option(None)
+    t = float if isinstance(default, float) else type(default)
+    return Option(default, (t,))
+
+
 class Decoder:
-    """Base class: holds the model, checks arguments, times ``_generate``."""
+    """Base class: holds the model and its :class:`~common.target.Target`, checks options,
+    times ``_generate``."""
 
     name = "base"
     lossless = False  # True when greedy output must equal vanilla greedy exactly
+    model_kinds: tuple[str, ...] = ("causal",)
 
     def __init__(self, model, tokenizer=None, **cfg):
         self.model, self.tokenizer = model, tokenizer
+        kind = model_kind(model)
+        if kind not in self.model_kinds:
+            need = " or ".join({"causal": "a causal LM", "seq2seq": "an encoder-decoder"}[k] for k in self.model_kinds)
+            raise UserError(f"decoder {self.name!r} needs {need}; got {type(model).__name__} ({kind}); "
+                            f"decoders for {kind} models: {', '.join(decoders_for(kind))}")
         self.eos = eos_ids(model, tokenizer)
-        unused = set(cfg) - set(self.options())
+        declared = {k: as_option(v) for k, v in self.options().items()}
+        unused = set(cfg) - set(declared)
         if unused:
             raise UserError(f"decoder {self.name!r} has no option(s) {sorted(unused)}; "
-                            f"valid: {sorted(self.options()) or 'none'}")
-        self.cfg = {**self.options(), **cfg}
+                            f"valid: {sorted(declared) or 'none'}")
+        for k, v in cfg.items():
+            declared[k].validate(self.name, k, v)
+        self.cfg = {**{k: o.default for k, o in declared.items()}, **cfg}
+        self.target = make_target(model)
 
     @classmethod
     def options(cls) -> dict:
-        """Configurable options and their defaults."""
+        """Configurable options: name -> :class:`Option` or a bare default."""
         return {}
+
+    @classmethod
+    def test_configs(cls, model, workdir: Path) -> list[dict]:
+        """Option sets that exercise this decoder on a tiny random ``model`` (building any
+        component it needs, untrained, under ``workdir``); the lossless test runs each."""
+        return [{}]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
         """Decode up to ``max_new_tokens`` after ``input_ids`` (``[1, S]`` long)."""
-        if max_new_tokens < 1:
-            raise UserError(f"max_new_tokens={max_new_tokens} is out of range; valid: >= 1")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise UserError(f"max_new_tokens={max_new_tokens!r} is out of range; valid: an integer >= 1")
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise UserError(f"input_ids must have shape [1, S]; got {list(input_ids.shape)}")
+        input_ids = input_ids.to(self.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = self._generate(input_ids, max_new_tokens)
@@ -81,3 +179,10 @@ class Decoder:
             if t in self.eos:
                 return tokens[: min(i + 1, max_new_tokens)], True
         return tokens[:max_new_tokens], len(tokens) >= max_new_tokens
+
+
+def decoders_for(kind: str) -> list[str]:
+    """Registered decoder names serving models of ``kind`` (imports each decoder class)."""
+    from . import DECODERS, decoder_class
+
+    return [n for n in DECODERS if kind in decoder_class(n).model_kinds]

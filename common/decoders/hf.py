@@ -3,13 +3,13 @@
 ``hf_generate`` is ``model.generate(do_sample=False)``; ``prompt_lookup`` adds
 ``prompt_lookup_num_tokens`` (n-gram drafts copied from the prompt, verified by the model).
 Steps and accepted lengths are read from the cache length seen at each model forward.
+``hf_generate`` also serves encoder-decoders (the reference a T5's own greedy ``generate`` is).
 """
 from __future__ import annotations
 
 import torch
 
-from .base import DecodeOutput, Decoder
-from ..errors import check_range
+from .base import DecodeOutput, Decoder, Option
 
 
 class _ForwardProbe:
@@ -42,6 +42,7 @@ class _ForwardProbe:
 class HFGenerate(Decoder):
     name = "hf_generate"
     lossless = True
+    model_kinds = ("causal", "seq2seq")
 
     def _kwargs(self) -> dict:
         return {}
@@ -53,22 +54,21 @@ class HFGenerate(Decoder):
                                       eos_token_id=sorted(self.eos) or None,
                                       pad_token_id=min(self.eos) if self.eos else None,
                                       temperature=None, top_p=None, top_k=None, **self._kwargs())
-        tokens, _ = self.truncate(out[0, input_ids.shape[1]:].tolist(), max_new_tokens)
-        acc = probe.accept_lengths(input_ids.shape[1], len(tokens))
+        # generate returns prompt ++ new ids (causal) or start token ++ new ids (seq2seq); the
+        # cache holds the same positions, minus the newest.
+        before = 1 if self.target.kind == "seq2seq" else input_ids.shape[1]
+        tokens, _ = self.truncate(out[0, before:].tolist(), max_new_tokens)
+        acc = probe.accept_lengths(before, len(tokens))
         return DecodeOutput(tokens, {"steps": len(acc), "accept_lengths": acc})
 
 
 class PromptLookup(HFGenerate):
     name = "prompt_lookup"
+    model_kinds = ("causal",)
 
     @classmethod
     def options(cls) -> dict:
-        return {"num_tokens": 10, "max_ngram": 2}
-
-    def __init__(self, model, tokenizer=None, **cfg):
-        super().__init__(model, tokenizer, **cfg)
-        check_range("num_tokens", self.cfg["num_tokens"], 1)
-        check_range("max_ngram", self.cfg["max_ngram"], 1)
+        return {"num_tokens": Option(10, (int,), lo=1), "max_ngram": Option(2, (int,), lo=1)}
 
     def _kwargs(self) -> dict:
         return {"prompt_lookup_num_tokens": self.cfg["num_tokens"],

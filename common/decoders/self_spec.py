@@ -1,18 +1,19 @@
 """Self-speculative decoding (Draft & Verify, Zhang et al. 2024): the target drafts for itself
 by skipping layers, then verifies with all layers. No second model, no training.
 
-The draft runs the kept layers through :func:`common.forward.run_layers` (a skipped layer
-passes its input on unchanged, as its residual branch would with a zero update) on a cache of
-its own, so the target cache only ever holds full-model keys and values.
+The draft is a :class:`LayerSkipTarget`: the target model running only its kept layers
+through :func:`common.forward.run_layers` (a skipped layer passes its input on unchanged, as
+its residual branch would with a zero update) on a cache of its own, so the verifying
+target's cache only ever holds full-model keys and values.
 """
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
-from ..cache import seq_length
 from ..errors import UserError
 from ..forward import embed, logits_from_hidden, num_layers, run_layers
+from ..target import CausalTarget
+from .base import Option
 from .speculative import DRAFT_OPTIONS, AutoregressiveDraft, draft_options
 from .tree_loop import Proposer, TreeDecoder
 
@@ -33,24 +34,24 @@ def _segments(layers: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-class LayerSkipDraft(AutoregressiveDraft):
-    """Draft with the target's own ``layers`` (sorted indices), on a separate cache."""
+class LayerSkipTarget(CausalTarget):
+    """The model with only ``layers`` (sorted indices) run; skipped layers' caches stay empty."""
 
-    def __init__(self, model, layers: list[int], gamma: int, schedule: str = "constant",
-                 confidence: float = 0.0):
-        self.model, self.segments = model, _segments(layers)
-        super().__init__(gamma, schedule, confidence)
+    def __init__(self, model, layers: list[int]):
+        super().__init__(model)
+        self.segments = _segments(layers)
 
-    def new_cache(self):
-        return DynamicCache(config=self.model.config)  # skipped layers simply stay empty
+    @property
+    def length(self) -> int:
+        return 0 if self.cache is None else self.cache.get_seq_length(layer_idx=self.segments[0][0])
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        past = seq_length(self.cache)
+    def _forward(self, ids, keep, want_hidden):
+        past = self.length
         pos = torch.arange(past, past + ids.shape[1], device=ids.device)[None]
         h = embed(self.model, ids)
         for start, end in self.segments:
             h = run_layers(self.model, h, self.cache, start, end, pos)
-        return logits_from_hidden(self.model, h[:, -1:])[0, -1]
+        return logits_from_hidden(self.model, h[:, -keep:])[0], None
 
 
 class SelfSpeculative(TreeDecoder):
@@ -58,11 +59,17 @@ class SelfSpeculative(TreeDecoder):
     at temperature > 0, through speculative sampling)."""
 
     name = "self_speculative"
-    sampling = "speculative"
+    acceptance_rules = ("greedy", "speculative", "typical")
+    default_sampling = "speculative"
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft_layers": None, **DRAFT_OPTIONS, **super().options()}
+        return {"draft_layers": Option(None, (list, tuple)), **DRAFT_OPTIONS, **super().options()}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        d = num_layers(model)
+        return [{}, {"draft_layers": [0, d - 1], "gamma": 3}, {"gamma": 2, "schedule": "heuristic", "confidence": 0.3}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -70,11 +77,10 @@ class SelfSpeculative(TreeDecoder):
         d = num_layers(model)
         layers = self.cfg["draft_layers"]
         layers = default_draft_layers(d) if layers is None else layers
-        if (not isinstance(layers, (list, tuple)) or not layers
-                or not all(isinstance(i, int) and 0 <= i < d for i in layers)):
+        if (not layers or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < d for i in layers)):
             raise UserError(f"draft_layers={layers!r} is invalid; valid: a non-empty list of layer "
                             f"indices in 0..{d - 1} (model has {d} layers)")
         self.layers = sorted(set(layers))
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
-        return LayerSkipDraft(self.model, self.layers, **self.drafting)
+        return AutoregressiveDraft(LayerSkipTarget(self.model, self.layers), **self.drafting)

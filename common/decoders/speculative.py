@@ -4,23 +4,26 @@ A draft model proposes ``gamma`` tokens autoregressively on its own KV cache; th
 verifies the chain in one forward (a chain is a tree with one path) and keeps them by exact
 match (temperature 0) or speculative sampling (temperature > 0), so the output has the
 target's distribution exactly. :class:`AutoregressiveDraft` is the shared drafting
-mechanics; :class:`ModelDraft` drafts with a separate causal LM (self-speculative decoding
-subclasses it to draft with the target's own layers).
+mechanics, on a draft :class:`~common.target.Target`: a separate model here, the target's own
+layers in self-speculative decoding.
 """
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import torch
-from transformers import DynamicCache
 
 from .. import acceptance as acc
-from ..cache import crop_to, seq_length
-from ..errors import UserError, check_range
+from ..errors import UserError
 from ..models import DTYPES, load_model
-from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, chain_tree
+from ..target import Target, make_target, model_kind
+from .base import Option
+from .tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, chain_tree
 
 
 def resolve_draft(draft, target):
-    """The ``draft`` option -> a causal LM sharing the target's vocabulary.
+    """The ``draft`` option -> a model of the target's kind sharing its vocabulary.
 
     Args:
         draft: a model object, or a registry name / hub id / folder for
@@ -28,9 +31,12 @@ def resolve_draft(draft, target):
     """
     if draft is None:
         raise UserError("this decoder needs a draft model; set option draft=<model name, folder or object>")
-    if isinstance(draft, str):
+    if isinstance(draft, (str, Path)):
         dtype = {v: k for k, v in DTYPES.items()}.get(target.dtype, "float32")
-        draft, _ = load_model(draft, dtype=dtype, device=str(target.device))
+        draft, _ = load_model(str(draft), dtype=dtype, device=str(target.device))
+    if model_kind(draft) != model_kind(target):
+        raise UserError(f"the draft is a {model_kind(draft)} model but the target is {model_kind(target)}; "
+                        "valid: a draft of the same kind (causal with causal, encoder-decoder with encoder-decoder)")
     v_draft, v_target = draft.config.vocab_size, target.config.vocab_size
     if v_draft != v_target:
         raise UserError(f"draft vocabulary size {v_draft} differs from the target's {v_target}; "
@@ -39,25 +45,35 @@ def resolve_draft(draft, target):
 
 
 SCHEDULES = ("constant", "heuristic")
-# Drafting options (and defaults) of every AutoregressiveDraft decoder; see that class.
-DRAFT_OPTIONS = {"gamma": 4, "schedule": "constant", "confidence": 0.0}
+# Drafting options of every AutoregressiveDraft decoder (speculative, self_speculative; BiLD's
+# small model reuses the confidence cut as its fallback rule); see that class.
+DRAFT_OPTIONS = {"gamma": Option(4, (int,), lo=1), "schedule": Option("constant", (str,), choices=SCHEDULES),
+                 "confidence": Option(0.0, (float,), lo=0.0, hi=1.0)}
 
 
 def draft_options(cfg: dict) -> dict:
-    """Validate a decoder's drafting options; return them as AutoregressiveDraft keywords."""
-    check_range("gamma", cfg["gamma"], 1)
-    if cfg["schedule"] not in SCHEDULES:
-        raise UserError(f"schedule={cfg['schedule']!r} is invalid; valid: {', '.join(SCHEDULES)}")
-    check_range("confidence", cfg["confidence"], 0.0, 1.0)
+    """A decoder's (validated) drafting options as AutoregressiveDraft keywords."""
     return {k: cfg[k] for k in DRAFT_OPTIONS}
 
 
-class AutoregressiveDraft(Proposer):
-    """Drafts a chain of up to ``gamma`` tokens one forward at a time on a private cache.
+def perturbed_copy(model, scale: float = 0.002, seed: int = 7):
+    """A copy of ``model`` with small random weight noise: a draft that agrees with the
+    target for a few tokens at a time (for tests of draft-based decoders)."""
+    near = copy.deepcopy(model)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for p in near.parameters():
+            p.add_((scale * torch.randn(p.shape, generator=g, device="cpu")).to(p.device, p.dtype))
+    return near
 
-    Subclasses provide :meth:`new_cache` and :meth:`forward`. After a step with ``a`` of
-    ``g`` drafts accepted, the cached positions stay valid up to the root plus
-    ``min(a, g-1)`` drafts (the last draft was never fed), so :meth:`update` only crops.
+
+class AutoregressiveDraft(Proposer):
+    """Drafts a chain of up to ``gamma`` tokens one forward at a time on a draft
+    :class:`~common.target.Target` (a separate model, or the target skipping layers).
+
+    After a step with ``a`` of ``g`` drafts accepted, the draft's cached positions stay valid
+    up to the root plus ``min(a, g-1)`` drafts (the last draft was never fed), so
+    :meth:`update` only crops.
 
     Two knobs shorten wasted drafting; neither touches exactness (the verifier decides):
 
@@ -70,23 +86,22 @@ class AutoregressiveDraft(Proposer):
       per call), so results do not depend on which prompts ran before.
     """
 
-    def __init__(self, gamma: int, schedule: str = "constant", confidence: float = 0.0):
-        self.gamma, self.schedule, self.confidence = gamma, schedule, confidence
-        self.cache, self._pending = self.new_cache(), None
-
-    def new_cache(self):
-        raise NotImplementedError
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Append ``[1, q]`` ids to the draft cache; return ``[V]`` logits of the last one."""
-        raise NotImplementedError
+    def __init__(self, target: Target, gamma: int, schedule: str = "constant", confidence: float = 0.0):
+        self.target, self.gamma, self.schedule, self.confidence = target, gamma, schedule, confidence
+        self._pending = None
 
     def propose(self, state: ProposerState) -> Proposal:
         g = max(0, min(self.gamma, state.remaining - 1))
-        new = state.ids[:, seq_length(self.cache):]  # committed ids the draft has not seen yet
         tokens, q = [], []
-        for _ in range(g):
-            logits = self.forward(new)
+        dev = state.prompt.device
+        if g:
+            if self.target.prompt is None:
+                self.target.begin(state.prompt)
+            logits = self.target.sync(state.tokens)  # committed tokens the draft has not seen yet
+        synced = self.target.length
+        for i in range(g):
+            if i:
+                logits = self.target.extend(torch.tensor([[tokens[-1]]], device=dev))[0][-1]
             if state.temperature == 0:
                 x = int(logits.argmax())
             else:
@@ -95,51 +110,42 @@ class AutoregressiveDraft(Proposer):
             tokens.append(x)
             if self.confidence and self._prob(logits, x, q, state.temperature) < self.confidence:
                 break
-            new = torch.tensor([[x]], device=state.ids.device)
         g = len(tokens)
-        self._pending = (state.ids.shape[1], g)
-        draft_probs = None if state.temperature == 0 else (torch.stack(q) if q else torch.empty(0, 0))
-        return Proposal(chain_tree(g), torch.tensor(tokens, dtype=torch.long), draft_probs)
+        self._pending = (synced, g)
+        draft_probs = None if state.temperature == 0 else (torch.stack(q) if q else torch.empty(0, 0, device=dev))
+        return Proposal(chain_tree(g, str(dev)), torch.tensor(tokens, dtype=torch.long, device=dev), draft_probs)
 
     @staticmethod
     def _prob(logits: torch.Tensor, x: int, q: list, temperature: float) -> float:
         """The draft's probability of its own token ``x`` (at the sampling temperature)."""
         return float(q[-1][x]) if temperature else float(torch.softmax(logits.float(), -1)[x])
 
-    def update(self, num_accepted: int) -> None:
-        committed, g = self._pending
+    def update(self, result: StepResult) -> None:
+        synced, g = self._pending
         if g:
-            crop_to(self.cache, committed + min(num_accepted, g - 1))
+            self.target.crop(synced + min(result.accepted, g - 1))
         if self.schedule == "heuristic":
             # As transformers does: compare with the scheduled length, not with the drafted
             # one, so a chain cut short by ``confidence`` or by ``remaining`` counts as a miss.
-            self.gamma = self.gamma + 2 if num_accepted == self.gamma else max(1, self.gamma - 1)
-
-
-class ModelDraft(AutoregressiveDraft):
-    """Draft with a separate (smaller) causal LM."""
-
-    def __init__(self, draft, gamma: int, schedule: str = "constant", confidence: float = 0.0):
-        self.draft = draft
-        super().__init__(gamma, schedule, confidence)
-
-    def new_cache(self):
-        return DynamicCache(config=self.draft.config)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.draft(input_ids=ids, past_key_values=self.cache, use_cache=True,
-                          logits_to_keep=1).logits[0, -1]
+            self.gamma = self.gamma + 2 if result.accepted == self.gamma else max(1, self.gamma - 1)
 
 
 class Speculative(TreeDecoder):
-    """Draft-model speculative decoding; exact at every temperature."""
+    """Draft-model speculative decoding; exact at every temperature. Serves causal LMs and
+    encoder-decoders (with a draft of the same kind)."""
 
     name = "speculative"
-    sampling = "speculative"
+    model_kinds = ("causal", "seq2seq")
+    acceptance_rules = ("greedy", "speculative", "typical")
+    default_sampling = "speculative"
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft": None, **DRAFT_OPTIONS, **super().options()}
+        return {"draft": Option(None, (str, Path, torch.nn.Module)), **DRAFT_OPTIONS, **super().options()}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        return [{"draft": perturbed_copy(model)}, {"draft": perturbed_copy(model), "gamma": 2, "confidence": 0.5}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -147,4 +153,4 @@ class Speculative(TreeDecoder):
         self.draft = resolve_draft(self.cfg["draft"], model)
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
-        return ModelDraft(self.draft, **self.drafting)
+        return AutoregressiveDraft(make_target(self.draft), **self.drafting)

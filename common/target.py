@@ -1,0 +1,177 @@
+"""Target adapters: the one owner of a model's forwards and KV cache during decoding.
+
+No decoder calls ``model(...)`` or builds a cache itself; it asks a :class:`Target` for
+
+* :meth:`~Target.start` - a new sequence: the prompt's prefill, logits of the first new token;
+* :meth:`~Target.extend` - committed tokens appended (a decoding step, or a draft's catch-up);
+* :meth:`~Target.verify` - one forward over a token tree (and any positions a proposer
+  injects), logits of every node;
+* :meth:`~Target.accept` / :meth:`~Target.crop` - the cache reduced to what was accepted.
+
+:class:`CausalTarget` serves decoder-only LMs (every method). :class:`Seq2SeqTarget` serves
+encoder-decoders (BiLD's T5/mT5): the encoder runs once per prompt, the decoder starts from
+the decoder-start token, and only the decoder's self-attention cache is ever cropped (the
+cross-attention cache depends on the encoder output alone). It verifies chains only: T5's
+relative position bias has no position ids to give tree nodes their depths.
+
+``length`` counts the positions in the (decoder self-attention) cache; a tree loop crops to
+``prefix + accepted`` in those units, whatever the model kind.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache
+
+from .cache import accept_path, crop_to, seq_length
+from .errors import UserError
+from .forward import Injection, Verified, verify_forward
+from .tree import TreeBuffers
+
+KINDS = ("causal", "seq2seq")
+
+
+def model_kind(model) -> str:
+    """``"seq2seq"`` for encoder-decoders, ``"causal"`` otherwise."""
+    return "seq2seq" if getattr(getattr(model, "config", None), "is_encoder_decoder", False) else "causal"
+
+
+def make_target(model) -> "Target":
+    """The adapter for ``model``'s kind."""
+    return Seq2SeqTarget(model) if model_kind(model) == "seq2seq" else CausalTarget(model)
+
+
+class Target:
+    """A model and the cache of the one sequence it decodes (reset by :meth:`start`)."""
+
+    kind = "base"
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = None
+        self.prompt: torch.Tensor | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def length(self) -> int:
+        """Positions held by the (self-attention) cache."""
+        return 0 if self.cache is None else seq_length(self.cache)
+
+    def sequence(self, tokens: Sequence[int]) -> torch.Tensor:
+        """``[1, L]`` ids the cache holds once ``tokens`` (new tokens, in order) are committed."""
+        raise NotImplementedError
+
+    def start(self, prompt: torch.Tensor, want_hidden: bool = False):
+        """Begin a sequence: prefill ``prompt`` (``[1, S]``).
+
+        Returns:
+            ``([V] logits of the first new token, [1, k, H] final normed states or None)``.
+        """
+        self.begin(prompt)
+        logits, hidden = self._forward(self.sequence([]), keep=1, want_hidden=want_hidden)
+        return logits[-1], hidden
+
+    def sync(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Feed whatever of ``prompt ++ tokens`` the cache lacks; ``[V]`` logits of the last."""
+        new = self.sequence(tokens)[:, self.length:]
+        return self._forward(new, keep=1, want_hidden=False)[0][-1]
+
+    def extend(self, ids: torch.Tensor, keep: int = 1, want_hidden: bool = False):
+        """Append ``[1, q]`` ids; returns ``([keep, V] logits of the last positions, hidden)``."""
+        return self._forward(ids, keep, want_hidden)
+
+    def verify(self, tree_tokens: torch.Tensor, tree: TreeBuffers, injections: Sequence[Injection] = (),
+               capture: Sequence[int] = ()) -> tuple[torch.Tensor, Verified]:
+        """One forward over ``[n]`` tree tokens (node 0 = root, not yet cached).
+
+        Returns:
+            ``([n, V] logits, Verified)``; the cache gains every node (see :meth:`accept`).
+        """
+        raise NotImplementedError
+
+    def accept(self, prefix_len: int, path: torch.Tensor) -> None:
+        """Keep the first ``prefix_len`` positions and the accepted nodes ``path`` (root first)."""
+        if torch.equal(path.cpu(), torch.arange(path.numel(), device="cpu")):
+            crop_to(self.cache, prefix_len + path.numel())  # a prefix of the node order: no copy
+        else:
+            accept_path(self.cache, prefix_len, path)
+
+    def crop(self, length: int) -> None:
+        crop_to(self.cache, length)
+
+    def begin(self, prompt: torch.Tensor) -> None:
+        """A new sequence with an empty (decoder) cache; nothing is computed yet except, for an
+        encoder-decoder, the encoder."""
+        raise NotImplementedError
+
+    # -- implementation -----------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, keep: int, want_hidden: bool):
+        raise NotImplementedError
+
+
+class CausalTarget(Target):
+    """Decoder-only LMs: the sequence is prompt ++ new tokens."""
+
+    kind = "causal"
+
+    def begin(self, prompt):
+        self.prompt = prompt
+        self.cache = DynamicCache(config=self.model.config)
+
+    def sequence(self, tokens):
+        if not len(tokens):
+            return self.prompt
+        return torch.cat([self.prompt, torch.as_tensor([list(tokens)], device=self.prompt.device)], dim=1)
+
+    def _forward(self, ids, keep, want_hidden):
+        # model() itself: the strongest single-step path (and bitwise what vanilla always ran).
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
+                         output_hidden_states=want_hidden)
+        return out.logits[0], (out.hidden_states[-1] if want_hidden else None)
+
+    def verify(self, tree_tokens, tree, injections=(), capture=()):
+        past = self.length
+        tree = tree.to(tree_tokens.device)
+        v = verify_forward(self.model, self.cache, tree_tokens, tree.ancestor_mask, past + tree.depth,
+                           injections, capture)
+        return self.model.lm_head(v.hidden), v
+
+
+class Seq2SeqTarget(Target):
+    """Encoder-decoders: encoder once per prompt, decoder from the decoder-start token."""
+
+    kind = "seq2seq"
+
+    def begin(self, prompt):
+        self.prompt = prompt
+        self.mask = torch.ones_like(prompt)
+        self.encoded = self.model.get_encoder()(input_ids=prompt, attention_mask=self.mask)
+        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        start = self.model.config.decoder_start_token_id
+        if start is None:
+            raise UserError(f"{type(self.model).__name__} has no decoder_start_token_id in its config")
+        self.start_ids = torch.tensor([[start]], device=prompt.device)
+
+    def sequence(self, tokens):
+        if not len(tokens):
+            return self.start_ids
+        return torch.cat([self.start_ids, torch.as_tensor([list(tokens)], device=self.prompt.device)], dim=1)
+
+    def _forward(self, ids, keep, want_hidden):
+        out = self.model(encoder_outputs=self.encoded, attention_mask=self.mask, decoder_input_ids=ids,
+                         past_key_values=self.cache, use_cache=True, output_hidden_states=want_hidden)
+        return out.logits[0, -keep:], (out.decoder_hidden_states[-1] if want_hidden else None)
+
+    def verify(self, tree_tokens, tree, injections=(), capture=()):
+        if injections or capture:
+            raise UserError("an encoder-decoder target takes no injected positions or captured layers; "
+                            "valid: proposers without in-forward positions (chain drafts)")
+        if not tree.is_chain:
+            raise UserError(f"an encoder-decoder target verifies chains only (T5's relative position bias "
+                            f"gives tree nodes no depth); got a {tree.size}-node tree with branches")
+        logits, hidden = self._forward(tree_tokens[None], keep=tree_tokens.numel(), want_hidden=True)
+        return logits, Verified(hidden[0], hidden.new_zeros(0, hidden.shape[-1]), {})
