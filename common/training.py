@@ -1,6 +1,6 @@
 """The one training loop: seeded, tqdm progress, checkpointed and resumable.
 
-Every trained component (PPD's intermediate heads, Medusa heads, the distilled draft model,
+Every trained component (pipelined decoding's intermediate heads (ppd_pipelined), Medusa heads, the distilled draft model,
 FIRP's linear maps, prompt tokens) trains a small module on top of a frozen model through
 :func:`train`. A checkpoint holds the module, optimizer, scheduler, step, RNG state and the
 config it was trained with; resuming with another config is an error, not a silent mix.

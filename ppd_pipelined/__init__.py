@@ -1,1 +1,1 @@
-"""Predictive Pipelined Decoding (PPD): theory (Section 4) and, later, the decoder."""
+"""Predictive Pipelined Decoding (Yang et al.; package ppd_pipelined, not prompt_decoding): theory, decoder, heads, match rates."""

@@ -119,7 +119,7 @@ def run_lengths(matches: list[bool]) -> list[int]:
 
 
 class PipelinedDecoder(Decoder):
-    """PPD with ``k`` sub-workers and an early exit at ``exit_layer`` (see module docstring).
+    """Predictive Pipelined Decoding with ``k`` sub-workers and an early exit at ``exit_layer`` (see module docstring).
 
     Options: ``k`` (sub-workers, 1..8), ``exit_layer`` (``d_bar``, default ``d // 2``, any of
     ``1..d-1``), ``head`` (exit classifier: None, an ``nn.Linear`` or a path to its saved

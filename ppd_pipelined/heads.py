@@ -205,7 +205,7 @@ def load_heads(model, ckpt_path: Path) -> LayerHeads:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="train PPD's intermediate-layer LM heads (Table 4 recipe)")
+    ap = argparse.ArgumentParser(description="train the intermediate-layer LM heads of Predictive Pipelined Decoding (Table 4 recipe)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--layers", required=True, help="comma-separated probed layers")
     ap.add_argument("--out", type=Path, required=True, help="folder for heads.pt and head_l<l>.pt")

@@ -1,4 +1,4 @@
-"""PPD sub-workers and the two ways to run them: gloo processes, or serially in-process.
+"""Pipelined-decoding (ppd_pipelined) sub-workers and the two ways to run them: gloo processes, or serially in-process.
 
 A sub-worker (PID 1..k in the paper's Algorithm 2) holds the model and a KV cache of the
 committed tokens for layers ``[0, split)`` only. One *step* message from the main worker says:
@@ -270,10 +270,10 @@ class GlooPool(_Pool):
         while started < self.k:
             dead = [p for p in self._procs if not p.is_alive()]
             if dead:
-                raise RuntimeError(f"PPD sub-worker {dead[0].name} exited with code {dead[0].exitcode} while "
+                raise RuntimeError(f"ppd_pipelined sub-worker {dead[0].name} exited with code {dead[0].exitcode} while "
                                    "starting; backend='serial' runs the same algorithm without processes")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"PPD sub-workers did not start within {START_TIMEOUT_S:.0f} s")
+                raise RuntimeError(f"ppd_pipelined sub-workers did not start within {START_TIMEOUT_S:.0f} s")
             try:
                 ready.get(timeout=0.2)
                 started += 1

@@ -178,7 +178,7 @@ def test_embedded_lossless_on_mt_bench(embedded):
     model, tok = embedded
     prompts = [encode_prompt(tok, s.turns[0]) for s in load_dataset_samples("mt-bench", n=2)]
     prev = torch.get_num_threads()
-    torch.set_num_threads(2)  # vanilla as the benchmarks run it; the PPD workers get 1 thread each
+    torch.set_num_threads(2)  # vanilla as the benchmarks run it; the pipelined sub-workers get 1 thread each
     try:
         refs = [Vanilla(model, tok).generate(ids, 32).tokens for ids in prompts]
         for k in (1, 3):

@@ -1,4 +1,4 @@
-"""PPD intermediate heads: training lowers the loss, and a resumed run equals an uninterrupted one."""
+"""Pipelined decoding (ppd_pipelined): intermediate heads: training lowers the loss, and a resumed run equals an uninterrupted one."""
 import pytest
 import torch
 

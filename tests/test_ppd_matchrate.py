@@ -1,4 +1,4 @@
-"""PPD match rate: per-token early ranks against a brute-force recomputation; config and bad input."""
+"""Pipelined decoding (ppd_pipelined): match rate: per-token early ranks against a brute-force recomputation; config and bad input."""
 import subprocess
 import sys
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""PPD theory (Section 4): Theorem 4.1 vs. Monte Carlo, the paper's quoted numbers, edges."""
+"""Pipelined decoding (ppd_pipelined): theory (Section 4): Theorem 4.1 vs. Monte Carlo, the paper's quoted numbers, edges."""
 from __future__ import annotations
 
 import math

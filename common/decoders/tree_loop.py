@@ -108,7 +108,7 @@ class StepResult:
 class Proposer:
     """Interface of a candidate source. One instance serves one ``generate`` call."""
 
-    needs_hidden = False  # ask the verifier for target final states (Medusa, PPD-style heads)
+    needs_hidden = False  # ask the verifier for target final states (Medusa heads, early-exit heads)
 
     def propose(self, state: ProposerState) -> Proposal:
         raise NotImplementedError
