@@ -1,1 +1,1 @@
-"""Placeholder: this paper's package is not built yet (see the open issues). Nothing here runs."""
+"""Big Little Decoder (Kim et al., 2023): a small model drafts, the large model falls back and rolls back."""

@@ -19,6 +19,7 @@ relative position bias has no position ids to give tree nodes their depths.
 """
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import torch
@@ -51,6 +52,13 @@ class Target:
         self.model = model
         self.cache = None
         self.prompt: torch.Tensor | None = None
+        self.forwards, self.forward_s = 0, 0.0  # model forwards and their wall time, this sequence
+
+    def _timed(self, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        self.forwards, self.forward_s = self.forwards + 1, self.forward_s + time.perf_counter() - t0
+        return out
 
     @property
     def device(self) -> torch.device:
@@ -72,17 +80,18 @@ class Target:
             ``([V] logits of the first new token, [1, k, H] final normed states or None)``.
         """
         self.begin(prompt)
-        logits, hidden = self._forward(self.sequence([]), keep=1, want_hidden=want_hidden)
+        self.forwards, self.forward_s = 0, 0.0
+        logits, hidden = self._timed(self._forward, self.sequence([]), 1, want_hidden)
         return logits[-1], hidden
 
     def sync(self, tokens: Sequence[int]) -> torch.Tensor:
         """Feed whatever of ``prompt ++ tokens`` the cache lacks; ``[V]`` logits of the last."""
         new = self.sequence(tokens)[:, self.length:]
-        return self._forward(new, keep=1, want_hidden=False)[0][-1]
+        return self._timed(self._forward, new, 1, False)[0][-1]
 
     def extend(self, ids: torch.Tensor, keep: int = 1, want_hidden: bool = False):
         """Append ``[1, q]`` ids; returns ``([keep, V] logits of the last positions, hidden)``."""
-        return self._forward(ids, keep, want_hidden)
+        return self._timed(self._forward, ids, keep, want_hidden)
 
     def verify(self, tree_tokens: torch.Tensor, tree: TreeBuffers, injections: Sequence[Injection] = (),
                capture: Sequence[int] = ()) -> tuple[torch.Tensor, Verified]:
@@ -91,6 +100,9 @@ class Target:
         Returns:
             ``([n, V] logits, Verified)``; the cache gains every node (see :meth:`accept`).
         """
+        return self._timed(self._verify, tree_tokens, tree, tuple(injections), tuple(capture))
+
+    def _verify(self, tree_tokens, tree, injections, capture):
         raise NotImplementedError
 
     def accept(self, prefix_len: int, path: torch.Tensor) -> None:
@@ -133,7 +145,7 @@ class CausalTarget(Target):
                          output_hidden_states=want_hidden)
         return out.logits[0], (out.hidden_states[-1] if want_hidden else None)
 
-    def verify(self, tree_tokens, tree, injections=(), capture=()):
+    def _verify(self, tree_tokens, tree, injections, capture):
         past = self.length
         tree = tree.to(tree_tokens.device)
         v = verify_forward(self.model, self.cache, tree_tokens, tree.ancestor_mask, past + tree.depth,
@@ -166,7 +178,7 @@ class Seq2SeqTarget(Target):
                          past_key_values=self.cache, use_cache=True, output_hidden_states=want_hidden)
         return out.logits[0, -keep:], (out.decoder_hidden_states[-1] if want_hidden else None)
 
-    def verify(self, tree_tokens, tree, injections=(), capture=()):
+    def _verify(self, tree_tokens, tree, injections, capture):
         if injections or capture:
             raise UserError("an encoder-decoder target takes no injected positions or captured layers; "
                             "valid: proposers without in-forward positions (chain drafts)")

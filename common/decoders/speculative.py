@@ -75,19 +75,25 @@ class AutoregressiveDraft(Proposer):
     up to the root plus ``min(a, g-1)`` drafts (the last draft was never fed), so
     :meth:`update` only crops.
 
-    Two knobs shorten wasted drafting; neither touches exactness (the verifier decides):
+    Knobs that shorten wasted drafting; none touches exactness (the verifier decides):
 
     * ``confidence``: stop the chain after a drafted token whose draft probability is below
-      it (the token itself is still proposed; transformers' ``assistant_confidence_threshold``,
-      and BiLD's fallback rule on the small model's confidence). 0 disables it.
+      it (the token itself is still proposed; transformers' ``assistant_confidence_threshold``).
+      0 disables it.
+    * ``fallback``: stop the chain *before* a token whose maximum draft probability is below
+      it (the token is dropped and the target produces that position itself; Big Little
+      Decoder's fallback policy). 0 disables it.
     * ``schedule="heuristic"``: transformers' assisted-generation schedule; the draft length
       grows by 2 after a step that accepted all ``gamma`` drafts and shrinks by 1 (to at
       least 1) otherwise. It starts at ``gamma`` on every ``generate`` call (one proposer
       per call), so results do not depend on which prompts ran before.
     """
 
-    def __init__(self, target: Target, gamma: int, schedule: str = "constant", confidence: float = 0.0):
+    def __init__(self, target: Target, gamma: int, schedule: str = "constant", confidence: float = 0.0,
+                 fallback: float = 0.0):
         self.target, self.gamma, self.schedule, self.confidence = target, gamma, schedule, confidence
+        self.fallback = fallback
+        self.fallbacks = 0  # chains cut by ``fallback``
         self._pending = None
 
     def propose(self, state: ProposerState) -> Proposal:
@@ -98,10 +104,14 @@ class AutoregressiveDraft(Proposer):
             if self.target.prompt is None:
                 self.target.begin(state.prompt)
             logits = self.target.sync(state.tokens)  # committed tokens the draft has not seen yet
-        synced = self.target.length
+        synced, fed = self.target.length, 0
         for i in range(g):
             if i:
                 logits = self.target.extend(torch.tensor([[tokens[-1]]], device=dev))[0][-1]
+                fed += 1
+            if self.fallback and float(torch.softmax(logits.float(), -1).max()) < self.fallback:
+                self.fallbacks += 1
+                break
             if state.temperature == 0:
                 x = int(logits.argmax())
             else:
@@ -111,7 +121,7 @@ class AutoregressiveDraft(Proposer):
             if self.confidence and self._prob(logits, x, q, state.temperature) < self.confidence:
                 break
         g = len(tokens)
-        self._pending = (synced, g)
+        self._pending = (synced, fed)
         draft_probs = None if state.temperature == 0 else (torch.stack(q) if q else torch.empty(0, 0, device=dev))
         return Proposal(chain_tree(g, str(dev)), torch.tensor(tokens, dtype=torch.long, device=dev), draft_probs)
 
@@ -120,10 +130,14 @@ class AutoregressiveDraft(Proposer):
         """The draft's probability of its own token ``x`` (at the sampling temperature)."""
         return float(q[-1][x]) if temperature else float(torch.softmax(logits.float(), -1)[x])
 
+    def stats(self) -> dict:
+        return {"draft_forwards": self.target.forwards, "draft_forward_s": self.target.forward_s,
+                **({"fallbacks": self.fallbacks} if self.fallback else {})}
+
     def update(self, result: StepResult) -> None:
-        synced, g = self._pending
-        if g:
-            self.target.crop(synced + min(result.accepted, g - 1))
+        synced, fed = self._pending  # the draft cache holds the synced sequence + ``fed`` drafts
+        if fed:
+            self.target.crop(synced + min(result.accepted, fed))
         if self.schedule == "heuristic":
             # As transformers does: compare with the scheduled length, not with the drafted
             # one, so a chain cut short by ``confidence`` or by ``remaining`` counts as a miss.

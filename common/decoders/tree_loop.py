@@ -116,6 +116,10 @@ class Proposer:
     def update(self, result: StepResult) -> None:
         """Told after each step what was accepted (and what the forward computed)."""
 
+    def stats(self) -> dict:
+        """Run statistics of the proposer, added to the decoder's (e.g. draft forwards)."""
+        return {}
+
 
 @lru_cache(maxsize=256)
 def chain_tree(length: int, device: str = "cpu") -> TreeBuffers:
@@ -140,6 +144,7 @@ class TreeDecoder(Decoder):
     name = "tree"
     lossless = True  # at temperature 0 (greedy rule)
     acceptance_rules: tuple[str, ...] = ("greedy", "typical")  # rules its proposals can feed
+    default_greedy = "greedy"     # rule at temperature 0 unless ``acceptance`` says otherwise
     default_sampling = "typical"  # rule at temperature > 0 unless ``acceptance`` says otherwise
 
     @classmethod
@@ -154,7 +159,7 @@ class TreeDecoder(Decoder):
     def make_rule(self) -> acc.AcceptanceRule:
         """The configured acceptance rule, checked against this decoder and the temperature."""
         t = self.cfg["temperature"]
-        name = self.cfg["acceptance"] or ("greedy" if t == 0 else self.default_sampling)
+        name = self.cfg["acceptance"] or (self.default_greedy if t == 0 else self.default_sampling)
         if name not in acc.RULES:
             raise unknown("acceptance rule", name, acc.RULES)
         if name not in self.acceptance_rules:
@@ -164,7 +169,11 @@ class TreeDecoder(Decoder):
         if ("zero" if t == 0 else "positive") not in cls.temperatures:
             raise UserError(f"acceptance={name!r} needs temperature {'0' if 'zero' in cls.temperatures else '> 0'}"
                             f"; got temperature={t}")
-        return cls(t)
+        return cls(t, **self.rule_options())
+
+    def rule_options(self) -> dict:
+        """Keyword options of the acceptance rule (e.g. a threshold); none by default."""
+        return {}
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
         raise NotImplementedError
@@ -205,6 +214,7 @@ class TreeDecoder(Decoder):
         logits, hidden = self.target.start(input_ids, want_hidden=want_hidden)
         tokens = [self.rule.next_token(logits, gen)]
         accept_lengths = [1]  # the prefill is step 1 (Spec-Bench)
+        proposed, accepted = [0], [0]  # proposed tokens and accepted proposed tokens per step
         tokens, done = self.truncate(tokens, max_new_tokens)
         while not done:
             state = ProposerState(input_ids, tokens, hidden, max_new_tokens - len(tokens),
@@ -215,8 +225,13 @@ class TreeDecoder(Decoder):
             path, nxt = self.evaluate_posterior(proposal, tree_tokens, logits, gen)
             new = self.update_inputs_and_kv(prefix_len, path, tree_tokens, nxt)
             proposer.update(StepResult(proposal, path, verified, nxt))
+            proposed.append(proposal.tree.size - 1)
+            accepted.append(path.numel() - 1)
             hidden = verified.hidden[path][None] if want_hidden else None
             before = len(tokens)
             tokens, done = self.truncate(tokens + new, max_new_tokens)
             accept_lengths.append(len(tokens) - before)
-        return DecodeOutput(tokens, {"steps": len(accept_lengths), "accept_lengths": accept_lengths})
+        return DecodeOutput(tokens, {"steps": len(accept_lengths), "accept_lengths": accept_lengths,
+                                     "proposed": proposed, "accepted": accepted,
+                                     "target_forwards": self.target.forwards,
+                                     "target_forward_s": self.target.forward_s, **proposer.stats()})

@@ -1,0 +1,106 @@
+"""Big Little Decoder (Kim et al., 2023): the ``bild`` decoder on the shared tree loop.
+
+The paper's Algorithm 1, step by step, as this loop runs it (greedy, batch 1):
+
+* the large model's prefill gives the first token;
+* the small model runs autoregressively until its maximum next-token probability falls
+  below ``fallback_threshold`` (alpha_FB; that token is dropped: *fallback*) or it has made
+  ``max_small_tokens`` (N) tokens;
+* the large model runs one non-autoregressive pass over every pending small token and
+  produces one token of its own (the tree loop's verification of a chain);
+* *rollback*: at the first pending position m where the cross-entropy of the small token
+  under the large model, ``-log p_L(y_m)``, exceeds ``rollback_threshold`` (alpha_RB, nats)
+  and the large model's argmax differs from ``y_m``, the small tokens from m on are dropped
+  and the large model's argmax takes position m; both caches are cropped (the loop's
+  ``update_inputs_and_kv`` and the draft's ``update``).
+
+So ``rollback_threshold=0`` and ``fallback_threshold=1`` each give exactly the large model's
+greedy tokens (tests). Ablations: ``rollback=False`` keeps every small token (alpha_RB = inf);
+``fallback=False`` hands over only every ``max_small_tokens`` tokens.
+
+Where this differs from the official code: after a rollback the official script runs the
+large model again from the corrected position, and it never checks the small tokens made
+after the last hand-over when generation ends; here every token is verified by the large
+model's pass, and the next round starts from the corrected token (the paper's loop). A
+threshold of 0 is honoured (the official script silently ignores it).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from common.acceptance import AcceptanceRule, register_rule
+from common.decoders.base import DecodeOutput, Option
+from common.decoders.speculative import AutoregressiveDraft, resolve_draft
+from common.decoders.tree_loop import Proposer, TreeDecoder
+from common.target import make_target
+
+
+@register_rule
+class Rollback(AcceptanceRule):
+    """BiLD's rollback policy on a chain of small-model tokens (greedy; lossy unless the
+    threshold is 0). ``threshold`` is alpha_RB in nats; ``inf`` never rolls back."""
+
+    name = "rollback"
+    temperatures = ("zero",)
+    chain_only = True
+
+    def evaluate(self, tree_tokens, logits, retrieve, draft_tokens, draft_probs, generator):
+        path = retrieve[0]
+        g = path.numel() - 1
+        if g == 0:
+            return path, int(logits[path[0]].argmax())
+        y = tree_tokens[path[1:]]                                      # [g] small tokens
+        logp = torch.log_softmax(logits[path[:-1]].float(), dim=-1)    # [g, V] large model before each
+        nll = -logp.gather(-1, y[:, None]).squeeze(-1)                 # cross-entropy of the hard label
+        bad = (nll > self.options["threshold"]) & (logp.argmax(-1) != y)
+        m = int(bad.long().argmax()) if bool(bad.any()) else g          # first rolled-back position
+        return path[: m + 1], int(logits[path[m]].argmax())
+
+
+class BigLittleDecoder(TreeDecoder):
+    """Decoder ``bild`` (see the module docstring). Serves causal LMs and encoder-decoders;
+    the small model must share the large one's vocabulary and kind."""
+
+    name = "bild"
+    lossless = False  # exact only at rollback_threshold=0 or fallback_threshold=1
+    model_kinds = ("causal", "seq2seq")
+    acceptance_rules = ("rollback",)
+    default_greedy = "rollback"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"small": Option(None, (str, Path, torch.nn.Module)),
+                "fallback_threshold": Option(0.5, (float,), lo=0.0, hi=1.0),
+                "rollback_threshold": Option(5.0, (float,), lo=0.0),
+                "max_small_tokens": Option(10, (int,), lo=1),
+                "fallback": True, "rollback": True,
+                "temperature": Option(0.0, (float,), lo=0.0, hi=0.0), "seed": 0,
+                "acceptance": Option(None, (str,), choices=("rollback",))}
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        self.small = resolve_draft(self.cfg["small"], model)
+
+    def rule_options(self) -> dict:
+        return {"threshold": self.cfg["rollback_threshold"] if self.cfg["rollback"] else float("inf")}
+
+    def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
+        fallback = self.cfg["fallback_threshold"] if self.cfg["fallback"] else 0.0
+        return AutoregressiveDraft(make_target(self.small), self.cfg["max_small_tokens"], fallback=fallback)
+
+    def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        out = super()._generate(input_ids, max_new_tokens)
+        st = out.stats
+        # Which model produced each committed token: accepted small tokens, then the large
+        # model's own token of that step (the prefill's token is the large model's).
+        source = ["large"]
+        for a in st["accepted"][1:]:
+            source += ["small"] * a + ["large"]
+        st["source"] = source[: len(out.tokens)]
+        st["rollbacks"] = sum(a < p for p, a in zip(st["proposed"], st["accepted"]))
+        st["large_forwards"], st["large_forward_s"] = st.pop("target_forwards"), st.pop("target_forward_s")
+        st["small_forwards"], st["small_forward_s"] = st.pop("draft_forwards"), st.pop("draft_forward_s")
+        st.setdefault("fallbacks", 0)
+        return out
