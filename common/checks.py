@@ -6,6 +6,7 @@ after minutes of model loading.
 """
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -61,3 +62,15 @@ def check_out_path(path) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"--out {path}: folder {parent} is not writable; valid: a path in a writable folder")
     return path
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors follow the house rule: one ``error:`` line, exit 2.
+
+    argparse prints the usage block and ``prog: error: ...`` itself; raising UserError instead
+    lets :func:`common.errors.cli_main` print one line that still carries the usage.
+    """
+
+    def error(self, message: str):
+        usage = " ".join(self.format_usage().split()[1:])  # one line, without "usage:"
+        raise UserError(f"{message}; usage: {usage} (--help for details)")
