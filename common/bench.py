@@ -12,7 +12,6 @@ the model's context is an error unless ``--truncate`` asks for a cut (recorded a
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from tqdm import tqdm
 
 from .data import load_dataset_samples
 from .decoders import DECODERS, get_decoder
-from .checks import check_device, check_out_path, check_positive_int
+from .checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, describe
 from .models import load_model
@@ -34,7 +33,7 @@ STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m common.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--decoders", required=True,
                     help="comma-separated registry names; NAME@LABEL runs NAME under its own label "

@@ -130,3 +130,65 @@ def test_prompt_and_new_tokens_must_fit_the_context(tmp_path, capsys, embedded):
     line = _run(_prompt_args(tmp_path, big, "--max-prompt-tokens", "none"), capsys)
     assert f"exceeds the model's context of {ctx}" in line
     assert not (tmp_path / "o.jsonl").exists()
+
+
+# ---------------------------------------------------------------- the other entry points
+
+def _cli(main, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        cli_main(lambda: main(argv))
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.startswith("error:")]
+    assert e.value.code == 2 and len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--layers", "0"], "layer=0 is outside the model's layers; valid: 1..29 (model has 30)"),
+    (["--layers", "15", "--threads", "0"], "threads=0 is out of range"),
+    (["--layers", "15", "--device", "cuda:x"], "invalid device 'cuda:x'"),
+    (["--layers", "15", "--bogus"], "unrecognized arguments: --bogus; usage: python -m ppd_pipelined.matchrate"),
+])
+def test_matchrate_checks_before_loading(tmp_path, capsys, monkeypatch, embedded, extra, msg):
+    import common.models
+    from ppd_pipelined import matchrate
+
+    monkeypatch.setattr(common.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    out = tmp_path / "o.jsonl"
+    argv = ["--model", EMBEDDED, "--task", "squad", "--prompts", str(tmp_path / "p.jsonl"), "--out", str(out)]
+    assert msg in _cli(matchrate.main, argv + extra, capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("module", ["ppd_pipelined.theory", "common.report"])
+def test_cli_without_arguments_is_a_usage_error(module, capsys):
+    import importlib
+
+    line = _cli(importlib.import_module(module).main, [], capsys)
+    assert "the following arguments are required" in line and f"usage: python -m {module}" in line
+
+
+def test_theory_cli_prints_theorem_4_1(capsys):
+    from ppd_pipelined import theory
+
+    theory.main(["--d", "40", "--d-bar", "20", "--k", "5", "--p", "0.7415", "--length", "16"])
+    out = capsys.readouterr().out
+    assert "0.6524" in out and "0.6292" in out  # the module docstring's 0.652 and the paper's 0.629
+    assert "d_bar=10 is out of range" in _cli(theory.main, ["--d", "40", "--d-bar", "10", "--k", "1", "--p", "0.5"],
+                                               capsys)
+
+
+def test_report_cli_summarizes_and_rejects_other_files(tmp_path, capsys):
+    from common import report
+    from common.records import write_jsonl
+
+    rec = {"question_id": "1", "tokens": [1, 2], "new_tokens": 2, "steps": 2, "accept_lengths": [1, 1],
+           "wall_time": 0.5, "peak_mem_bytes": 2**20}
+    write_jsonl(tmp_path / "b.jsonl", [{**rec, "decoder": "vanilla"}, {**rec, "decoder": "x", "wall_time": 0.25}])
+    report.main([str(tmp_path / "b.jsonl")])
+    out = capsys.readouterr().out
+    assert "vanilla" in out and "2.000" in out  # x: twice vanilla's tokens/s
+    assert "--baseline 'nope' is not a decoder" in _cli(report.main, [str(tmp_path / "b.jsonl"), "--baseline", "nope"],
+                                                        capsys)
+    (tmp_path / "p.jsonl").write_text('{"question_id": "1", "turns": ["hi"]}\n')
+    assert "no common.bench records" in _cli(report.main, [str(tmp_path / "p.jsonl")], capsys)
