@@ -1,6 +1,7 @@
 """Bad input to ``common.bench`` ends in one ``error:`` line, exit 2, nothing at ``--out``;
 the checks that need no model run before it loads (the loader is replaced by a tripwire)."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,53 @@ def test_report_cli_summarizes_and_rejects_other_files(tmp_path, capsys):
                                                         capsys)
     (tmp_path / "p.jsonl").write_text('{"question_id": "1", "turns": ["hi"]}\n')
     assert "no common.bench records" in _cli(report.main, [str(tmp_path / "p.jsonl")], capsys)
+
+
+# ---------------------------------------------------------------- prompt truncation and model paths
+
+@pytest.mark.model
+def test_truncation_keeps_the_chat_header_and_generation_prompt(embedded):
+    from common.errors import UserError
+    from common.prompts import fit_prompt
+
+    _, tok = embedded
+    text = "BEGIN " + "alpha beta gamma delta. " * 200 + " END"
+    full_ids, full = fit_prompt(tok, text)
+    head, tail = tok.decode(full_ids[0, :20]), tok.decode(full_ids[0, -6:])
+    for side, kept in [("left", "END"), ("right", "BEGIN")]:
+        ids, n = fit_prompt(tok, text, max_prompt_tokens=100, truncate=side)
+        s = tok.decode(ids[0])
+        assert n == full and 90 <= ids.shape[1] <= 100
+        assert s.startswith(head) and s.endswith(tail) and kept in s
+    last, _ = fit_prompt(tok, text, max_prompt_tokens=100, truncate="last")
+    assert torch.equal(last, full_ids[:, -100:])  # the trained components' data were built so
+    with pytest.raises(UserError, match=f"the prompt has {full} tokens, more than max_prompt_tokens=100"):
+        fit_prompt(tok, text, max_prompt_tokens=100)
+    with pytest.raises(UserError, match="max_prompt_tokens=-1 is out of range"):
+        fit_prompt(tok, text, max_prompt_tokens=-1, truncate="last")
+    with pytest.raises(UserError, match="leaves no room for the text"):
+        fit_prompt(tok, text, max_prompt_tokens=5, truncate="left")
+
+
+def test_unconverted_model_names_a_real_target(tmp_path, monkeypatch):
+    from common.errors import UserError
+    from common.models import resolve
+
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path))
+    with pytest.raises(UserError, match=r"run `snakemake -j1 prepare` or `python -m common.models convert"):
+        resolve(EMBEDDED)
+
+
+def test_model_paths_that_are_no_model_folder(tmp_path):
+    from common.errors import UserError
+    from common.models import resolve
+
+    (tmp_path / "cfg_only").mkdir()
+    (tmp_path / "cfg_only" / "config.json").write_text("{}")
+    (tmp_path / "f").write_text("x")
+    cases = {tmp_path: "has no config.json", tmp_path / "cfg_only": "has no tokenizer",
+             tmp_path / "f": "is not a model folder (a file)", tmp_path / "none": "is not a model folder (missing)"}
+    for path, msg in cases.items():
+        with pytest.raises(UserError, match=re.escape(msg)):
+            resolve(str(path))
+    assert resolve("org/name") == "org/name"  # a hub id stays one
