@@ -16,15 +16,18 @@ ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED = "smollm2-135m-instruct"
 
 
-def _run(argv, capsys) -> str:
-    """Run the bench CLI in-process; return its one ``error:`` line (exit status must be 2)."""
+def _cli(main, argv, capsys) -> str:
+    """Run an entry point in-process; return its one ``error:`` line (exit status must be 2)."""
     with pytest.raises(SystemExit) as e:
-        cli_main(lambda: bench.main(argv))
+        cli_main(lambda: main(argv))
     err = capsys.readouterr().err
-    assert e.value.code == 2, err
     lines = [l for l in err.splitlines() if l.startswith("error:")]
-    assert len(lines) == 1, err
+    assert e.value.code == 2 and len(lines) == 1, err
     return lines[0]
+
+
+def _run(argv, capsys) -> str:
+    return _cli(bench.main, argv, capsys)
 
 
 def _args(tmp_path, *extra, decoders="vanilla", out=None):
@@ -134,15 +137,6 @@ def test_prompt_and_new_tokens_must_fit_the_context(tmp_path, capsys, embedded):
 
 
 # ---------------------------------------------------------------- the other entry points
-
-def _cli(main, argv, capsys) -> str:
-    with pytest.raises(SystemExit) as e:
-        cli_main(lambda: main(argv))
-    err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.startswith("error:")]
-    assert e.value.code == 2 and len(lines) == 1, err
-    return lines[0]
-
 
 @pytest.mark.parametrize("extra,msg", [
     (["--layers", "0"], "layer=0 is outside the model's layers; valid: 1..29 (model has 30)"),
