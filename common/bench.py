@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from .data import load_dataset_samples
 from .decoders import DECODERS, get_decoder
-from .checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, describe
 from .models import load_model
