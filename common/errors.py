@@ -28,17 +28,21 @@ def check_range(name: str, value, lo=None, hi=None) -> None:
         raise UserError(f"{name}={value} is out of range; valid: {bounds}")
 
 
-def exit_on_sigterm() -> None:
+def exit_on_sigterm():
     """Turn SIGTERM into ``SystemExit(143)`` so ``finally`` blocks and context managers run.
 
     Python's default SIGTERM action ends the process at once: temporary files, worker pools
     and their rendezvous folders were left behind. Only the main thread may install handlers,
-    and a handler someone else installed is kept.
+    and a handler someone else installed is kept. Returns the handler replaced (to restore),
+    or None when nothing was installed.
     """
     if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _raise_exit)
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return None
+    signal.signal(signal.SIGTERM, _raise_exit)
+    return previous
 
 
 def _raise_exit(signum, _frame) -> None:
@@ -47,9 +51,12 @@ def _raise_exit(signum, _frame) -> None:
 
 def cli_main(fn: Callable[[], None]) -> None:
     """Run ``fn``; on UserError print one line and exit 2. SIGTERM unwinds (cleans up) first."""
-    exit_on_sigterm()
+    previous = exit_on_sigterm()
     try:
         fn()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        if previous is not None:  # called in-process (tests): leave the caller's handler as it was
+            signal.signal(signal.SIGTERM, previous)
