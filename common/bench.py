@@ -5,42 +5,51 @@
 
 Per prompt, the decoders run back to back (interleaved, not one decoder after another), so
 slow drifts of a noisy machine hit every decoder alike. Each decoder is warmed up first.
-The output file appears only when the run completes.
+The output file appears only when the run completes. Decoders, their configs, the device and
+the output path are checked before the model loads; a prompt over ``--max-prompt-tokens`` or
+the model's context is an error unless ``--truncate`` asks for a cut (recorded as
+``prompt_truncated_from`` and said on stderr).
 """
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from .checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from .data import load_dataset_samples
-from .decoders import get_decoder
-from .errors import UserError, check_range, cli_main
+from .decoders import DECODERS, decoder_class, get_decoder
+from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, describe
 from .models import load_model
-from .prompts import encode_prompt
-from .records import JsonlWriter, read_jsonl
+from .prompts import TRUNCATE, fit_prompt
+from .records import JsonlWriter
 from .report import summarize
 
 STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m common.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--decoders", required=True,
                     help="comma-separated registry names; NAME@LABEL runs NAME under its own label "
-                         "and config (e.g. ppd_pipelined@k3), so one run can compare settings")
+                         "and config (e.g. medusa@t16), so one run can compare settings")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", help="dataset registry name")
     src.add_argument("--prompts", help="JSONL file of questions (question_id, category, turns)")
     ap.add_argument("--n", type=int, default=None, help="first n prompts (default: all)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--max-prompt-tokens", type=int, default=1024)
-    ap.add_argument("--decoder-config", default="{}", help='JSON: {"decoder": {option: value}}')
+    ap.add_argument("--max-prompt-tokens", default="1024",
+                    help="an integer >= 1, or 'none' for no limit (the model's context still applies)")
+    ap.add_argument("--truncate", default=None,
+                    help="how to shorten a prompt over the limit: left / right (drop the start / end of its "
+                         "text, keep the chat header) or last (keep its last tokens); default: error")
+    ap.add_argument("--decoder-config", default="{}",
+                    help='JSON: {"label": {option: value}}, each key one of the --decoders labels')
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
@@ -49,40 +58,139 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def run(args) -> list[dict]:
-    check_range("max_new_tokens", args.max_new_tokens, 1)
-    if args.threads:
-        check_range("threads", args.threads, 1)
-        torch.set_num_threads(args.threads)
+def parse_decoders(text: str) -> dict[str, str]:
+    """``--decoders`` -> ``{label: registry name}``; every name registered, labels unique."""
+    labels = [d.strip() for d in text.split(",") if d.strip()]
+    if not labels:
+        raise UserError(f"--decoders {text!r} names no decoder; valid: a comma-separated list of "
+                        f"{', '.join(DECODERS)} (NAME@LABEL for a second setting)")
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise UserError(f"--decoders names {', '.join(dup)} more than once; valid: unique labels (NAME@LABEL)")
+    names = {label: label.split("@")[0] for label in labels}
+    for label, name in names.items():
+        decoder_class(name)  # unknown name, or no registry at all: one error naming what is valid
+        if "@" in label and not label.split("@", 1)[1]:
+            raise UserError(f"decoder label {label!r} has an empty LABEL; valid: NAME or NAME@LABEL")
+    return names
+
+
+def parse_decoder_config(text: str, labels) -> dict[str, dict]:
+    """``--decoder-config`` JSON -> ``{label: options}``, keyed only by the given labels.
+
+    A key that matches no label used to be ignored silently (the run used defaults under
+    the label it was meant to configure), so it is an error.
+    """
     try:
-        cfgs = json.loads(args.decoder_config)
+        cfgs = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"--decoder-config is not valid JSON ({e})")
-    names = [d for d in args.decoders.split(",") if d]
+        raise UserError(f"--decoder-config is not valid JSON ({e})") from None
+    if not isinstance(cfgs, dict):
+        raise UserError(f"--decoder-config must be a JSON object {{label: {{option: value}}}}; got "
+                        f"{type(cfgs).__name__}")
+    for key, opts in cfgs.items():
+        if key not in labels:
+            raise UserError(f"--decoder-config key {key!r} is not one of the --decoders labels; valid: "
+                            f"{', '.join(labels)}")
+        if not isinstance(opts, dict):
+            raise UserError(f"--decoder-config[{key!r}] must be a JSON object of options; got "
+                            f"{type(opts).__name__}")
+    return cfgs
+
+
+def parse_prompt_limit(text: str) -> int | None:
+    """``--max-prompt-tokens``: an integer >= 1, or 'none' (no limit)."""
+    if str(text).lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise UserError(f"--max-prompt-tokens {text!r} is out of range; valid: an integer >= 1, or 'none'")
+    return value
+
+
+def validate(args) -> tuple[dict[str, str], dict[str, dict]]:
+    """Every check that needs no model, so bad input fails in seconds, before anything loads.
+
+    Returns ``({label: decoder name}, {label: options})``.
+    """
+    check_range("max_new_tokens", args.max_new_tokens, 1)
+    check_positive_int("threads", args.threads)
+    check_positive_int("n", args.n)
+    args.max_prompt_tokens = parse_prompt_limit(args.max_prompt_tokens)
+    if args.truncate is not None and args.truncate not in TRUNCATE:
+        raise unknown("--truncate", args.truncate, TRUNCATE)
+    check_device(args.device)
+    check_out_path(args.out)
+    names = parse_decoders(args.decoders)
+    return names, parse_decoder_config(args.decoder_config, list(names))
+
+
+def run(args) -> list[dict]:
+    names, cfgs = validate(args)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     dataset = args.dataset or args.prompts
     samples = load_dataset_samples(dataset, n=args.n)
+    if not samples:
+        raise UserError(f"{dataset} has no prompts; valid: a dataset or --prompts file with at least one")
     torch.manual_seed(0)
     model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
-    decoders = {n: get_decoder(n.split("@")[0], model, tok, **cfgs.get(n, {})) for n in names}
+    prompts = encode_prompts(args, samples, model, tok)
+    decoders = {}
     try:
-        return _bench(args, samples, model, tok, decoders, dataset)
+        for label, name in names.items():
+            decoders[label] = get_decoder(name, model, tok, **cfgs.get(label, {}))
+        return _bench(args, samples, prompts, decoders, dataset, cfgs)
     finally:
         for d in decoders.values():
             d.close()
 
 
-def _bench(args, samples, model, tok, decoders, dataset) -> list[dict]:
-    prompts = [encode_prompt(tok, s.turns[0], max_prompt_tokens=args.max_prompt_tokens).to(args.device)
-               for s in samples]
+def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
+    """Each sample's first turn -> ``(ids [1, S] on the device, untruncated length)``.
+
+    A prompt over ``--max-prompt-tokens`` is an error unless ``--truncate`` asks for a cut;
+    with the ``max_new_tokens`` after it, it must fit the model's context (a longer one once
+    ran minutes and returned one token). Every cut is said on stderr.
+    """
+    context = getattr(model.config, "max_position_embeddings", None)
+    limit = args.max_prompt_tokens
+    if context is not None:
+        room = context - args.max_new_tokens
+        if room < 1:
+            raise UserError(f"max_new_tokens={args.max_new_tokens} leaves no room for a prompt in the model's "
+                            f"context of {context} tokens; valid: 1..{context - 1}")
+        if args.truncate is not None:   # a cut was asked for: cut to what fits the context too
+            limit = room if limit is None else min(limit, room)
+    out = []
+    for s in samples:
+        try:
+            ids, full = fit_prompt(tok, s.turns[0], max_prompt_tokens=limit, truncate=args.truncate)
+        except UserError as e:
+            raise UserError(f"prompt {s.question_id!r}: {e}") from None
+        if context is not None and ids.shape[1] + args.max_new_tokens > context:
+            raise UserError(f"prompt {s.question_id!r} has {ids.shape[1]} tokens; with max_new_tokens="
+                            f"{args.max_new_tokens} it exceeds the model's context of {context}; valid: "
+                            f"prompt + max_new_tokens <= {context} (--truncate asks for a cut)")
+        if ids.shape[1] < full:
+            print(f"bench: prompt {s.question_id!r} truncated from {full} to {ids.shape[1]} tokens "
+                  f"(--truncate {args.truncate})", file=sys.stderr)
+        out.append((ids.to(args.device), full))
+    return out
+
+
+def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     for d in decoders.values():  # warm-up: allocator, kernels, lazy inits
-        d.generate(prompts[0], min(8, args.max_new_tokens))
+        d.generate(prompts[0][0], min(8, args.max_new_tokens))
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
-    cfgs = json.loads(args.decoder_config)
     records = []
     with JsonlWriter(args.out) as out:
-        for s, ids in tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt"):
+        for s, (ids, full) in tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt"):
             for name, d in decoders.items():
                 with PeakMemory(args.device) as mem:
                     o = d.generate(ids, args.max_new_tokens)
@@ -93,6 +201,8 @@ def _bench(args, samples, model, tok, decoders, dataset) -> list[dict]:
                        "peak_mem_bytes": mem.peak, "prompt_tokens": int(ids.shape[1]), **meta,
                        "decoder_config": cfgs.get(name, {}),
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
+                if full > ids.shape[1]:
+                    rec["prompt_truncated_from"] = full
                 out.write(rec)
                 records.append(rec)
     return records

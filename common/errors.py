@@ -6,7 +6,9 @@ so an unknown model, dataset, decoder, profile or an out-of-range setting ends w
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import Callable, Iterable
 
 
@@ -26,10 +28,35 @@ def check_range(name: str, value, lo=None, hi=None) -> None:
         raise UserError(f"{name}={value} is out of range; valid: {bounds}")
 
 
+def exit_on_sigterm():
+    """Turn SIGTERM into ``SystemExit(143)`` so ``finally`` blocks and context managers run.
+
+    Python's default SIGTERM action ends the process at once: temporary files, worker pools
+    and their rendezvous folders were left behind. Only the main thread may install handlers,
+    and a handler someone else installed is kept. Returns the handler replaced (to restore),
+    or None when nothing was installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return None
+    signal.signal(signal.SIGTERM, _raise_exit)
+    return previous
+
+
+def _raise_exit(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def cli_main(fn: Callable[[], None]) -> None:
-    """Run ``fn``; on UserError print one line and exit 2."""
+    """Run ``fn``; on UserError print one line and exit 2. SIGTERM unwinds (cleans up) first."""
+    previous = exit_on_sigterm()
     try:
         fn()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        if previous is not None:  # called in-process (tests): leave the caller's handler as it was
+            signal.signal(signal.SIGTERM, previous)

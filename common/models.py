@@ -17,6 +17,8 @@ import torch
 from .errors import UserError, unknown
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Any one of these in a local model folder means a tokenizer was saved there.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -112,13 +114,25 @@ def resolve(name: str) -> str:
         if spec.package:
             ckpt = checkpoint_dir(name)
             if not (ckpt / "config.json").is_file():
-                raise UserError(f"model {name!r} is not converted yet: run `snakemake prepare_model` "
+                # `prepare` is the target; `prepare_model` has a wildcard and cannot be named.
+                raise UserError(f"model {name!r} is not converted yet: run `snakemake -j1 prepare` "
                                 f"or `python -m common.models convert {name}`")
             return str(ckpt)
         return spec.hub_id
-    if Path(name).is_dir():
+    path = Path(name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"model folder {name!r} has no config.json, so it is not a model folder; valid: "
+                            "a folder written by save_pretrained (config.json, weights, tokenizer), "
+                            "a registry name or a hub id")
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            raise UserError(f"model folder {name!r} has no tokenizer ({', '.join(TOKENIZER_FILES)}); valid: a folder "
+                            "where the model's tokenizer was saved too (tokenizer.save_pretrained)")
         return name
-    if "/" in name and not name.startswith((".", "/")):
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise UserError(f"model path {name!r} is not a model folder ({'a file' if path.exists() else 'missing'}); "
+                        "valid: a folder written by save_pretrained, a registry name or a hub id")
+    if "/" in name:
         return name  # a hub id
     raise unknown("model", name, list(MODELS) + ["<hub org/name>", "<local folder>"])
 

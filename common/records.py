@@ -3,21 +3,32 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
+_UMASK = os.umask(0)   # read once at import (os.umask can only be read by setting it) ...
+os.umask(_UMASK)       # ... and put back at once
+
 
 class JsonlWriter:
-    """Append records to ``path.partial``; :meth:`commit` renames it to ``path``.
+    """Append records to a temporary file beside ``path``; :meth:`commit` renames it to ``path``.
 
-    Used as a context manager: on an exception the partial file is removed.
+    The temporary name is unique per writer (``<name>.<random>.partial``): two runs given the
+    same ``path`` once shared one ``.partial`` and interleaved into a corrupt file. Now each
+    writes its own, and ``os.replace`` makes the final file one writer's complete records
+    (the last to commit wins). Used as a context manager: on an exception (SIGTERM included,
+    under :func:`common.errors.cli_main`) the temporary file is removed.
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(self.path.name + ".partial")
-        self.fh = open(self.tmp, "w")
+        # Same folder as the target, so the final rename is atomic (same file system).
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".partial")
+        self.tmp = Path(tmp)
+        os.chmod(fd, 0o666 & ~_UMASK)  # mkstemp makes it 0600; results should be readable like any file
+        self.fh = os.fdopen(fd, "w")
 
     def write(self, record: dict) -> None:
         self.fh.write(json.dumps(record) + "\n")

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
+# What summarize reads from every record.
+BENCH_FIELDS = {"question_id", "decoder", "tokens", "new_tokens", "steps", "wall_time", "peak_mem_bytes"}
+
 
 def summarize(records: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
     """One row per decoder: prompts, tokens/s, speedup, mean accepted length, peak memory,
@@ -52,3 +55,45 @@ def write_table(df: pd.DataFrame, artifact_id: str, out_dir: Path, meta: dict, f
     head = "\n".join(f"- **{k}**: {v}" for k, v in meta.items())
     md = f"# {artifact_id}\n\n{head}\n\n{df.to_markdown(index=False, floatfmt=floatfmt)}\n"
     (out_dir / f"{artifact_id}.md").write_text(md)
+
+
+def main(argv=None) -> None:
+    """``python -m common.report RECORDS.jsonl ...``: the summary table of benchmark records."""
+    from .checks import ArgumentParser
+    from .errors import UserError
+    from .records import read_jsonl
+
+    ap = ArgumentParser(prog="python -m common.report",
+                        description="summary per decoder of common.bench records (tokens/s, speedup, "
+                                    "mean accepted length, peak memory, identical to the baseline)")
+    ap.add_argument("records", nargs="+", type=Path, help="JSONL files written by common.bench")
+    ap.add_argument("--baseline", default="vanilla", help="decoder the speedup is relative to")
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table with provenance")
+    a = ap.parse_args(argv)
+    records = []
+    for path in a.records:
+        if not path.is_file():
+            raise UserError(f"{path} is not a file; valid: a JSONL file written by common.bench")
+        try:
+            records += read_jsonl(path)
+        except ValueError as e:
+            raise UserError(f"{path} is not JSONL ({e})") from None
+    missing = sorted(BENCH_FIELDS - set().union(*map(set, records))) if records else sorted(BENCH_FIELDS)
+    if missing:
+        raise UserError(f"{', '.join(map(str, a.records))}: no common.bench records (missing "
+                        f"{', '.join(missing)}); valid: files written by python -m common.bench")
+    decoders = list(dict.fromkeys(r["decoder"] for r in records))
+    if a.baseline not in decoders:  # summarize would just drop the speedup column
+        raise UserError(f"--baseline {a.baseline!r} is not a decoder of these records; valid: {', '.join(decoders)}")
+    df = summarize(records, a.baseline)
+    if a.markdown:
+        print("\n".join(f"- **{k}**: {v}" for k, v in provenance(records).items()) + "\n")
+        print(df.to_markdown(index=False, floatfmt=".3f"))
+    else:
+        print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    from .errors import cli_main
+
+    cli_main(main)

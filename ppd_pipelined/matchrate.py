@@ -27,7 +27,6 @@ equals ``rank[1:] < k`` here.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from common.checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from common.data import load_jsonl
 from common.errors import UserError, check_range, cli_main
 from common.forward import logits_from_hidden, num_layers
@@ -127,7 +127,8 @@ def match_rate(ranks, k: int) -> float:
 
 # ---------------------------------------------------------------- CLI
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description="match rate p_correct: early top-k vs the final layer")
+    ap = ArgumentParser(prog="python -m ppd_pipelined.matchrate",
+                        description="match rate p_correct: early top-k vs the final layer")
     ap.add_argument("--model", required=True)
     ap.add_argument("--prompts", required=True, type=Path, help="rendered prompts (ppd_pipelined.templates)")
     ap.add_argument("--task", required=True)
@@ -156,14 +157,33 @@ def _parse_layers(text: str) -> list[int]:
         raise UserError(f"--layers {text!r} must be comma-separated integers") from None
 
 
+def _model_depth(name: str) -> int | None:
+    """The model's layer count from its config alone (no weights), or None where the config
+    cannot be read without loading (e.g. a hub id offline: the loader then says why)."""
+    from transformers import AutoConfig
+
+    from common.models import resolve
+
+    src = resolve(name)  # an unknown model or a folder that is no model folder: UserError here
+    try:
+        return getattr(AutoConfig.from_pretrained(src), "num_hidden_layers", None)
+    except (OSError, ValueError):
+        return None
+
+
 def validate(a) -> tuple[list[int], list[str]]:
-    """Check every argument that needs no model; UserError on the first bad one."""
+    """Check every argument that needs no model weights; UserError on the first bad one."""
     if a.task not in TASKS:
         raise UserError(f"unknown task {a.task!r}; valid: {', '.join(TASKS)}")
     if a.method not in METHODS:
         raise UserError(f"unknown method {a.method!r}; valid: {', '.join(METHODS)}")
     layers = _parse_layers(a.layers)
-    check_layers(layers)
+    check_positive_int("n", a.n)
+    check_positive_int("threads", a.threads)
+    check_device(a.device)
+    check_out_path(a.out)
+    # The depth from the config, so the message says 1..29, not 1..d-1, and before loading.
+    check_layers(layers, _model_depth(a.model))
     classifiers = [c for c in a.classifiers.split(",") if c]
     for c in classifiers:
         if c not in CLASSIFIERS:
@@ -174,17 +194,13 @@ def validate(a) -> tuple[list[int], list[str]]:
     check_p("top_p", a.top_p)
     check_range("max_new_tokens", a.max_new_tokens, 1)
     check_range("max_prompt_tokens", a.max_prompt_tokens, 1)
-    if a.n is not None:
-        check_range("n", a.n, 1)
-    if a.threads is not None:
-        check_range("threads", a.threads, 1)
     return layers, classifiers
 
 
 def run(a) -> list[dict]:
     layers, classifiers = validate(a)
     samples = load_jsonl(a.prompts)[: a.n]
-    if a.threads:
+    if a.threads is not None:
         torch.set_num_threads(a.threads)
     from common.models import load_model
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)

@@ -211,3 +211,50 @@ def simulate(d: float, d_bar: float, k: int, p: float, length: int,
 
     return SimResult(float(latency.mean()), se(latency), float(compute.mean()), se(compute),
                      n_runs)
+
+
+# ---------------------------------------------------------------- CLI
+def _parse_args(argv=None):
+    from common.checks import ArgumentParser
+
+    ap = ArgumentParser(prog="python -m ppd_pipelined.theory",
+                        description="Theorem 4.1 and its limit forms for one setting (time unit: one "
+                                    "layer forward; greedy = d per token).")
+    ap.add_argument("--d", type=float, required=True, help="layers of the model (e.g. 40)")
+    ap.add_argument("--d-bar", type=float, required=True, help="early-exit layer, in [d/2, d)")
+    ap.add_argument("--k", type=int, required=True, help="sub-workers (top-k candidates)")
+    ap.add_argument("--p", type=float, required=True, help="match rate p_correct, in [0, 1]")
+    ap.add_argument("--length", type=int, default=128, help="generated tokens (default 128)")
+    ap.add_argument("--simulate", type=int, default=0, metavar="N_RUNS",
+                    help="also run the Monte Carlo with this many generations (0: skip)")
+    ap.add_argument("--seed", type=int, default=0)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    """Print Theorem 4.1's latency and compute, normalised to greedy, and their limits."""
+    a = _parse_args(argv)
+    d = int(a.d) if float(a.d).is_integer() else a.d
+    d_bar = int(a.d_bar) if float(a.d_bar).is_integer() else a.d_bar
+    latency = expected_latency(d, d_bar, a.k, a.p, a.length)
+    compute = expected_compute(d, d_bar, a.k, a.p, a.length)
+    greedy = d * a.length
+    rows = [("expected latency (time units)", latency), ("  normalised to greedy", latency / greedy),
+            ("expected compute (layer forwards)", compute), ("  normalised to greedy", compute / greedy)]
+    frac = d_bar / d
+    rows += [("limit l->inf: latency per token / greedy (eq. 3)", per_token_latency(a.p, d_bar_frac=frac)),
+             ("limit: compute per time unit (eq. 5)", compute_per_time_unit(a.p, a.k, d_bar_frac=frac)),
+             ("limit: compute per token / greedy (eq. 6)", compute_per_token(a.p, a.k, d_bar_frac=frac))]
+    if a.simulate:
+        sim = simulate(d, d_bar, a.k, a.p, a.length, n_runs=a.simulate, seed=a.seed)
+        rows += [(f"Monte Carlo latency ({sim.n_runs} runs, +- s.e.)", f"{sim.latency:.4f} +- {sim.latency_se:.4f}"),
+                 ("Monte Carlo compute", f"{sim.compute:.4f} +- {sim.compute_se:.4f}")]
+    print(f"d={d}, d_bar={d_bar}, k={a.k}, p={a.p}, length={a.length}")
+    for name, value in rows:
+        print(f"{name:<52} {value:.4f}" if isinstance(value, float) else f"{name:<52} {value}")
+
+
+if __name__ == "__main__":
+    from common.errors import cli_main
+
+    cli_main(main)

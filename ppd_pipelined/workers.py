@@ -39,6 +39,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from common.cache import append_kv, crop_to, gather_kv
+from common.errors import exit_on_sigterm
 from common.forward import embed, logits_from_hidden, run_layers
 
 STOP, STEP, SELECT = 0, 1, 2
@@ -233,6 +235,11 @@ class GlooPool(_Pool):
     def __init__(self, model, split: int, k: int, threads: int, head=None):
         super().__init__(model, split, k)
         self._dir = tempfile.mkdtemp(prefix="ppd_gloo_")
+        # The rendezvous folder must go however the process ends: close(), garbage
+        # collection or interpreter exit (finalize), and SIGTERM, whose default action skips
+        # all of those; exit_on_sigterm turns it into SystemExit so they run.
+        self._rm_dir = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
+        exit_on_sigterm()
         self._procs, self._pg = [], None
         self._bufs = [torch.empty(self.hidden + split * self.kv_shape[2] * 2 * self.kv_shape[4] + 1)
                       for _ in range(k)]
@@ -351,4 +358,4 @@ class GlooPool(_Pool):
                 p.terminate()
                 p.join(timeout=5)
         self._procs = []
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._rm_dir()

@@ -1,0 +1,67 @@
+"""Two writers given the same output path never corrupt it: the final file is one writer's
+complete records (the issue: a shared ``.partial``, NUL bytes, a crash at the rename)."""
+import multiprocessing as mp
+import stat
+
+import pytest
+
+from common.records import JsonlWriter, read_jsonl
+
+
+def _records(who: str, n: int) -> list[dict]:
+    return [{"writer": who, "i": i, "pad": "x" * 200} for i in range(n)]
+
+
+def test_interleaved_writers_each_commit_their_own_complete_file(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    a, b = JsonlWriter(out), JsonlWriter(out)
+    assert a.tmp != b.tmp
+    for ra, rb in zip(_records("a", 50), _records("b", 30) + [None] * 20):
+        a.write(ra)
+        if rb:
+            b.write(rb)
+    a.commit()
+    assert read_jsonl(out) == _records("a", 50)
+    b.commit()  # the shared-.partial writer crashed here (its file had been renamed away)
+    assert read_jsonl(out) == _records("b", 30)
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_final_file_has_ordinary_permissions(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with JsonlWriter(out) as w:
+        w.write({"x": 1})
+    assert out.stat().st_mode & stat.S_IRGRP  # mkstemp's 0600 would hide results from the group
+
+
+def test_failed_writer_leaves_nothing(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(RuntimeError):
+        with JsonlWriter(out) as w:
+            w.write({"x": 1})
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _write_in_process(path, who, n, both_open):
+    w = JsonlWriter(path)
+    both_open.wait()  # both temporary files exist before anyone writes: maximal overlap
+    for r in _records(who, n):
+        w.write(r)
+    w.commit()
+
+
+def test_concurrent_processes_leave_one_complete_run(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    ctx = mp.get_context("spawn")
+    both_open = ctx.Barrier(2)
+    procs = [ctx.Process(target=_write_in_process, args=(out, who, 2000, both_open)) for who in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]  # neither crashed at the rename
+    recs = read_jsonl(out)
+    assert recs in (_records("a", 2000), _records("b", 2000))
+    assert b"\0" not in out.read_bytes()
+    assert not list(tmp_path.glob("*.partial"))
