@@ -28,6 +28,7 @@ equals ``rank[1:] < k`` here.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from common.data import load_jsonl
 from common.errors import UserError, check_range, cli_main
 from common.forward import logits_from_hidden, num_layers
 from common.hardware import describe
-from common.prompts import encode_prompt
+from common.prompts import TRUNCATE, fit_prompt
 from common.records import JsonlWriter
 
 from .config import CLASSIFIERS, MAX_TOPK, METHODS, TASKS, check_layers, check_p
@@ -142,6 +143,9 @@ def parse_args(argv=None):
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-prompt-tokens", type=int, default=1024)
+    ap.add_argument("--truncate", choices=TRUNCATE, default=None,
+                    help="how to cut a prompt over --max-prompt-tokens (default: such a prompt is an error); "
+                         "'last' keeps the last tokens (the committed embedded records were made so)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
@@ -224,7 +228,10 @@ def run(a) -> list[dict]:
     with JsonlWriter(a.out) as w:
         for i, (s, info) in enumerate(tqdm(list(zip(samples, src)), desc=f"p_correct {a.task}/{a.method}",
                                            unit="prompt")):
-            ids = encode_prompt(tok, s.turns[0], max_prompt_tokens=a.max_prompt_tokens).to(a.device)
+            ids, full = fit_prompt(tok, s.turns[0], max_prompt_tokens=a.max_prompt_tokens, truncate=a.truncate)
+            ids = ids.to(a.device)
+            if full > ids.shape[1]:
+                print(f"prompt {s.question_id}: {full} tokens truncated to {ids.shape[1]} ({a.truncate})", file=sys.stderr)
             gen = torch.Generator(device=a.device).manual_seed(a.seed * 100_003 + i)
             t0 = time.perf_counter()
             d = decode_with_probes(model, ids, layers, a.max_new_tokens, a.method, top_k=a.top_k,
@@ -235,6 +242,7 @@ def run(a) -> list[dict]:
                    "paper_dataset": info.get("paper_dataset"), "stand_in": info.get("stand_in"),
                    "template": info.get("template"), "seed": a.seed * 100_003 + i,
                    "prompt_tokens": int(ids.shape[1]), "new_tokens": len(d["tokens"]),
+                   "prompt_truncated_from": full if full > ids.shape[1] else None,
                    "tokens": d["tokens"], "final_argmax": d["argmax"], "early": early,
                    "decode_s": d["decode_s"], "heads_s": time.perf_counter() - t1}
             w.write(rec)
