@@ -14,6 +14,9 @@ from common.errors import UserError
 
 configfile: "config/config.yaml"
 
+# `--config rerun=true` arrives as a string; anything but true/false is left to the schema to reject.
+if isinstance(config.get("rerun"), str):
+    config["rerun"] = {"true": True, "false": False}.get(config["rerun"].lower(), config["rerun"])
 try:
     P = load_profile(config, config.get("profile"))
 except UserError as e:

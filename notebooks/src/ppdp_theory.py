@@ -57,7 +57,14 @@ for t in TASKS:
                          "paper_compute_per_time_unit": theory.compute_per_time_unit(pp, k) if pp == pp else np.nan,
                          "paper_compute_per_token": theory.compute_per_token(pp, k) if pp == pp else np.nan})
 table = pd.DataFrame(rows)
-x = "compute_per_time_unit" if artifact_id == "ppdp.fig3" else "compute_per_token"
+
+# %% [ppdp.fig3]
+x, xlabel = "compute_per_time_unit", "average compute per time unit (eq. 5; greedy = 1)"
+
+# %% [ppdp.fig4]
+x, xlabel = "compute_per_token", "compute per token (eq. 6; greedy = 1)"
+
+# %% [ppdp.fig3, ppdp.fig4]
 fig, ax = plt.subplots(figsize=(6, 4.2))
 ax.scatter(table[f"paper_{x}"], table.paper_latency_per_token, color="lightgrey", s=18, label="paper (Table 2, layer 20/40)")
 for (t, c), g in table.groupby(["dataset", "trained"], sort=False):
@@ -65,8 +72,7 @@ for (t, c), g in table.groupby(["dataset", "trained"], sort=False):
     for _, r in g.iterrows():
         ax.annotate(f"k={r.k}", (r[x], r.latency_per_token), fontsize=7, textcoords="offset points", xytext=(3, 3))
 ax.axhline(1.0, color="grey", lw=0.8)
-ax.set_xlabel("average compute per time unit (eq. 5; greedy = 1)" if x == "compute_per_time_unit"
-              else "compute per token (eq. 6; greedy = 1)")
+ax.set_xlabel(xlabel)
 ax.set_ylabel("latency per token (eq. 3; greedy = 1)")
 ax.set_title(f"PPD trade-off at layer {mid} of {depth} (measured p_correct); {profile}")
 ax.legend(fontsize=8)
