@@ -23,6 +23,7 @@ for _aid, _spec in ARTIFACTS.items():
             env=ENV, py=PY, aid=_aid, pkg=_spec["package"], root=results_root_of, profile=P.name,
             inputs=_json.dumps({"inputs": artifact_inputs(_aid)}),
         shell:
-            "{params.env} {params.py} -m papermill -k python3 --language python {input.notebook} {output.notebook}.partial"
+            "({params.env} {params.py} -m papermill -k python3 --language python {input.notebook} {output.notebook}.partial"
             " -p artifact_id {params.aid} -p results_root {params.root} -p package {params.pkg} -p profile {params.profile}"
-            " -y '{params.inputs}' > {log} 2>&1 && mv {output.notebook}.partial {output.notebook}"
+            " -y '{params.inputs}' > {log} 2>&1 && mv {output.notebook}.partial {output.notebook})"
+            " || {{ rm -f {output.notebook}.partial; exit 1; }}"  # the error is in the log
