@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import load_artifacts, load_profile
+from common.config import load_profile
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent

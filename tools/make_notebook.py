@@ -7,8 +7,10 @@ which ids it makes. Each id gets its own ``notebooks/<id>.ipynb`` holding only i
     # %% [ppdp.table2]      code cell only in ppdp.table2's notebook
     # %% md [ppdp.fig3, ppdp.fig4]   markdown only in those two
 
-The first cell is tagged ``parameters`` (papermill) and its ``artifact_id = ...`` line is set
-to the notebook's id.
+The first cell, tagged ``parameters`` (papermill), is written here, the same for every
+notebook: the artifact id and package from config/artifacts.yaml, the embedded profile's
+defaults, and ``inputs = None`` (the rule passes the raw records it declares; a notebook run by
+hand computes the same list from the config).
 
     python tools/make_notebook.py            # rewrite every notebooks/<id>.ipynb
     python tools/make_notebook.py --check    # exit 1 naming each notebook that differs from its source
@@ -23,7 +25,7 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"^ ?(md|\[markdown\]|parameters)?\s*(?:\[([^\]]*)\])?\s*$")
+MARKER = re.compile(r"^ ?(md|\[markdown\])?\s*(?:\[([^\]]*)\])?\s*$")
 
 
 def cells_of(text: str) -> list[tuple[str, set[str] | None, str]]:
@@ -41,23 +43,30 @@ def cells_of(text: str) -> list[tuple[str, set[str] | None, str]]:
     return out
 
 
-def build(src: Path, aid: str) -> nbformat.NotebookNode:
+PARAMETERS = """\
+artifact_id = "{aid}"
+results_root = "results"
+package = "{package}"
+profile = "embedded"
+inputs = None  # the raw records the rule declares; None: the same list, computed from config"""
+
+
+def build(src: Path, aid: str, package: str) -> nbformat.NotebookNode:
     """The notebook of artifact ``aid`` from section source ``src``."""
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                    "language_info": {"name": "python"}}
-    for i, (kind, ids, body) in enumerate(cells_of(src.read_text())):
+    params = nbformat.v4.new_code_cell(PARAMETERS.format(aid=aid, package=package))
+    params.metadata["tags"] = ["parameters"]
+    nb.cells.append(params)
+    for kind, ids, body in cells_of(src.read_text()):
         if ids is not None and aid not in ids:
             continue
         if kind == "markdown":
             lines = [l[2:] if l.startswith("# ") else l.lstrip("#") for l in body.splitlines()]
             nb.cells.append(nbformat.v4.new_markdown_cell("\n".join(lines)))
-            continue
-        cell = nbformat.v4.new_code_cell(body)
-        if i == 0 or kind == "parameters":
-            cell.source = re.sub(r'^artifact_id = .*$', f'artifact_id = "{aid}"', body, count=1, flags=re.M)
-            cell.metadata["tags"] = ["parameters"]
-        nb.cells.append(cell)
+        else:
+            nb.cells.append(nbformat.v4.new_code_cell(body))
     for i, c in enumerate(nb.cells):
         c["id"] = f"cell-{i}"  # stable ids: regenerating gives no spurious diff
     return nb
@@ -67,7 +76,7 @@ def expected() -> dict[Path, str]:
     """Every notebook the sources make, as the text it must have."""
     artifacts = yaml.safe_load((ROOT / "config" / "artifacts.yaml").read_text())
     return {ROOT / "notebooks" / f"{aid}.ipynb":
-            nbformat.writes(build(ROOT / "notebooks" / "src" / f"{spec['notebook']}.py", aid)) + "\n"
+            nbformat.writes(build(ROOT / "notebooks" / "src" / f"{spec['notebook']}.py", aid, spec["package"])) + "\n"
             for aid, spec in artifacts.items()}
 
 

@@ -1,9 +1,5 @@
-# %% parameters
-artifact_id = "ppdp.table1"
-results_root = "results"
-package = "ppd_pipelined"
-profile = "embedded"
-inputs = None  # the raw records the rule declares; None: the same list, computed from config
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
 
 # %% md
 # # Predictive Pipelined Decoding (PPD): set-up
