@@ -8,12 +8,14 @@ it and the notebooks read exactly it.
 from __future__ import annotations
 
 import ast
+import atexit
 import itertools
 import json
 import os
 import re
 import shutil
 import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -30,15 +32,18 @@ COMPONENTS = ("medusa", "draft")
 
 
 def _decoder_names() -> frozenset[str] | None:
-    """Registered decoder names, read from the DECODERS literal of common/decoders/__init__.py.
-
-    Parsed, not imported: planning a workflow should not import torch. None when the
-    registry is no longer a literal dict there (then names are not checked).
-    """
-    src = Path(__file__).resolve().parent / "decoders" / "__init__.py"
+    """Registered decoder names, read without importing anything (planning a workflow should
+    not import torch): the ``decoding_repro.decoders`` entry points of pyproject.toml when
+    decoders register there, else the DECODERS literal of common/decoders/__init__.py.
+    None when neither holds them (then names are not checked)."""
+    root = Path(__file__).resolve().parent
     try:
-        tree = ast.parse(src.read_text())
-    except (OSError, SyntaxError):
+        project = tomllib.loads((root.parent / "pyproject.toml").read_text()).get("project", {})
+        names = project.get("entry-points", {}).get("decoding_repro.decoders")
+        if names:
+            return frozenset(names)
+        tree = ast.parse((root / "decoders" / "__init__.py").read_text())
+    except (OSError, SyntaxError, tomllib.TOMLDecodeError):
         return None
     for node in tree.body:
         target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
@@ -242,7 +247,10 @@ class Staged:
         self.final = {k: Path(v) for k, v in final_dirs.items()}   # kind ('tables', 'figures') -> folder
         root = Path(next(iter(self.final.values()))).parent
         root.mkdir(parents=True, exist_ok=True)
+        # Beside the final folders, so that os.replace stays on one file system; removed when
+        # the process ends, so a failed render leaves nothing behind either.
         self.tmp = Path(tempfile.mkdtemp(prefix=".render-", dir=root))
+        atexit.register(shutil.rmtree, self.tmp, True)
 
     def dir(self, kind: str) -> Path:
         """The staging folder for ``kind``; files written there are published under its final folder."""
