@@ -2,11 +2,11 @@
 # artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
 
 # %% md
-# # Predictive Pipelined Decoding (PPD): implementation (Table 3)
-# Greedy vs PPD with k + 1 real workers, from the `common.bench` records `bench_<task>.jsonl`
+# # Predictive Pipelined Decoding (ppd_pipelined): implementation (Table 3)
+# Greedy vs pipelined decoding with k + 1 real workers, from the `common.bench` records `bench_<task>.jsonl`
 # (the prompt files `prompts_<task>.jsonl` name the data). Measured: wall time of `generate` on
 # this machine (prefill included) with k + 1 gloo processes. On 2 CPU cores the k + 1 workers
-# cannot run in parallel, so the measured latency shows the cost of PPD here, not its ideal.
+# cannot run in parallel, so the measured latency shows the cost of pipelined decoding here, not its ideal.
 # Theorem: the latency `theory.latency_from_matches` gives for the observed match sequence,
 # times the measured per-layer time of the main worker (decode phase only, no prefill, no head
 # or communication time): what k + 1 truly parallel workers would achieve. The paper's
@@ -72,13 +72,13 @@ for t in tasks3:
 table = pd.DataFrame(rows)
 
 # %% md
-# The paper finds PPD faster than greedy at every k on both tasks. The lines below count, per
-# PPD row, whether its latency is below its dataset's greedy latency: measured here, and as the
+# The paper finds pipelined decoding faster than greedy at every k on both tasks. The lines below count, per
+# pipelined row, whether its latency is below its dataset's greedy latency: measured here, and as the
 # theorem's accounting of our observed matches.
 
 # %%
 def below_greedy(col):
-    """Per PPD row: is its 128-token latency below greedy's on the same dataset?"""
+    """Per pipelined row: is its 128-token latency below greedy's on the same dataset?"""
     out = []
     for _, g in table.groupby("dataset", sort=False):
         base = g.loc[g.method == "greedy", col].iloc[0]
@@ -86,9 +86,9 @@ def below_greedy(col):
     return out
 
 
-lines = [trend("PPD latency below greedy's, measured", below_greedy("measured_latency_128_s"),
+lines = [trend("pipelined latency below greedy's, measured", below_greedy("measured_latency_128_s"),
                below_greedy("paper_latency_128_s")),
-         trend("PPD latency below greedy's, theorem with our matches", below_greedy("theorem_latency_128_s"),
+         trend("pipelined latency below greedy's, theorem with our matches", below_greedy("theorem_latency_128_s"),
                below_greedy("paper_latency_128_s"))]
 print("\n".join(lines))
 R.save_table(table, provenance(bench, [p for t in tasks3 for p in (R.path(f"bench_{t}.jsonl"), R.path(f"prompts_{t}.jsonl"))],
@@ -96,7 +96,7 @@ R.save_table(table, provenance(bench, [p for t in tasks3 for p in (R.path(f"benc
                                measured="wall time on this machine, k + 1 gloo processes sharing its cores "
                                         "(prefill included); *_128_s scales the per-token time to 128 tokens",
                                theorem="Theorem 4.1's accounting of the observed match sequence x one measured "
-                                       "per-layer time (main worker, mean over this dataset's PPD runs) for every row: "
+                                       "per-layer time (main worker, mean over this dataset's pipelined runs) for every row: "
                                        "ideal parallel workers, no prefill, head or communication cost; "
                                        "greedy = d layers per token at the same layer time",
                                data=data_note(bench, TASKS) + "; prompts rendered with Table 1's templates",

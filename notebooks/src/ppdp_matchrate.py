@@ -2,7 +2,7 @@
 # artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
 
 # %% md
-# # Predictive Pipelined Decoding (PPD): match rates
+# # Predictive Pipelined Decoding (ppd_pipelined): match rates
 # p_correct, the share of generated tokens whose final choice is among the top-k early
 # predictions at a probed layer. A match-rate record keeps, per generated token and probed
 # layer, the rank of the chosen token in the early logits, so a top-k match is `rank < k`.
@@ -144,7 +144,7 @@ paper = paper_numbers("table5")
 prow = {m: dict(zip(paper["columns"][1:], v)) for m, *v in paper["rows"]}
 rows = []
 for mth in ("greedy", "top_k", "top_p"):
-    for k in (1, 3):
+    for k in sorted({1, paper["k"]}):  # top-1 and the paper's k
         row = {"method": names[mth], "early top-k": k}
         for t in tasks5:
             g = S[(S.task == t) & (S.method == mth) & (S.layer == mid) & (S.classifier == "N")]

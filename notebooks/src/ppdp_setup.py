@@ -2,7 +2,7 @@
 # artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
 
 # %% md
-# # Predictive Pipelined Decoding (PPD): set-up
+# # Predictive Pipelined Decoding (ppd_pipelined): set-up
 # What the experiments ran with, read from their records: Table 1's prompt templates as the
 # code rendered them (`prompts_<task>.jsonl`) and Table 4's recipe for the intermediate heads
 # (`heads_meta.json`, `heads_train.jsonl`), beside the paper's values

@@ -2,7 +2,7 @@
 # artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
 
 # %% md
-# # Predictive Pipelined Decoding (PPD): theory
+# # Predictive Pipelined Decoding (ppd_pipelined): theory
 # Section 4's run-length model (`ppd_pipelined.theory`) fed with the match rates we measured
 # at layer d/2 (`matchrate_<task>.jsonl`, the profile's `mid_layer`), beside the paper's own
 # values (`ppd_pipelined/paper_numbers.yaml`: Table 2 at layer 20 of 40 and the range Section
@@ -103,7 +103,7 @@ R.save_table(table, provenance(greedy, greedy_src, TASKS, layer=f"{mid} of {dept
 # token. The run-length model assumes independent matches; real sequences show whether runs
 # are longer (clustered matches) than Geom(1 - p). Runs are counted by the decoder's own
 # `run_lengths`. Sources: the match-rate runs (positions >= 2, N head, layer d/2) and the
-# Table 3 benchmark's real PPD decoding (`extra.matches`). The paper states the theorem and
+# Table 3 benchmark's real pipelined decoding (`extra.matches`). The paper states the theorem and
 # reports no run lengths: the line under the table checks the theorem against the simulation.
 
 # %% [ppdp.theory]
@@ -118,7 +118,7 @@ bench_src = [p for p in R.inputs if "/bench_" in p]
 seqs = []  # (source, task, k, d, d_bar, matches)
 for r in greedy:
     ranks = r["early"]["N"][str(mid)]["rank"][1:]
-    for k in (1, 3):
+    for k in R.cfg.table3.ks:  # the k of the real decoding runs, so both sources have the same rows
         seqs.append(("match-rate run (N head)", r["task"], k, depth, mid, [x < k for x in ranks]))
 for r in bench:
     ex = r.get("extra", {})
