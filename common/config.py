@@ -1,10 +1,21 @@
 """The one config path: ``config/config.yaml`` -> JSON-schema validation -> frozen dataclass.
 
-The Snakefile and every CLI load profiles through :func:`load_profile`, so a typo in the
-config or an unknown profile fails once, in one line, before any rule runs.
+The Snakefile, every CLI and every notebook load profiles through :func:`load_profile`, so a
+typo in the config or an unknown profile fails once, in one line, before any rule runs.
+:func:`artifact_inputs` is the one list of raw records an artifact reads: the rules declare
+it and the notebooks read exactly it.
 """
 from __future__ import annotations
 
+import ast
+import atexit
+import itertools
+import json
+import os
+import re
+import shutil
+import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -16,6 +27,32 @@ import yaml
 from .errors import UserError, unknown
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+# Trained components a decoder option may name, and the statistics file each training writes.
+COMPONENTS = ("medusa", "draft")
+
+
+def _decoder_names() -> frozenset[str] | None:
+    """Registered decoder names, read without importing anything (planning a workflow should
+    not import torch): the ``decoding_repro.decoders`` entry points of pyproject.toml when
+    decoders register there, else the DECODERS literal of common/decoders/__init__.py.
+    None when neither holds them (then names are not checked)."""
+    root = Path(__file__).resolve().parent
+    try:
+        project = tomllib.loads((root.parent / "pyproject.toml").read_text()).get("project", {})
+        names = project.get("entry-points", {}).get("decoding_repro.decoders")
+        if names:
+            return frozenset(names)
+        tree = ast.parse((root / "decoders" / "__init__.py").read_text())
+    except (OSError, SyntaxError, tomllib.TOMLDecodeError):
+        return None
+    for node in tree.body:
+        target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "DECODERS" and isinstance(node.value, ast.Dict):
+            return frozenset(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+    return None
+
+
+DECODER_NAMES = _decoder_names()
 
 
 @dataclass(frozen=True)
@@ -51,26 +88,183 @@ def validate(config: dict, schema_path: Path = CONFIG_DIR / "schema.yaml") -> No
         where = "/".join(map(str, e.absolute_path)) or "<top>"
         hint = f" ({e.schema['description']})" if isinstance(e.schema, dict) and "description" in e.schema else ""
         raise UserError(f"config invalid at {where}: {e.message}{hint}") from None
+    check_decoder_labels(config)
 
 
-def load_profile(config: dict | None = None, profile: str | None = None) -> Profile:
-    """Validate ``config`` (default: config/config.yaml) and return the named profile."""
+def check_decoder_labels(config: dict) -> None:
+    """Raise UserError on a decoder label or decoder_config key that nothing would use.
+
+    A group label ``name@variant`` must name a registered decoder and, when it has a variant,
+    a decoder_config entry; the shared decoder_config's keys must each be a label of some
+    group of some profile, a profile's own keys a label of one of its groups. Otherwise a
+    typo would silently run a decoder with default options.
+    """
+    profiles = config["profiles"]
+    used = {n: {l for ls in p["cross"]["groups"].values() for l in ls} for n, p in profiles.items()}
+    everywhere = set().union(*used.values())
+    shared = config.get("decoder_config", {})
+    for key in shared:
+        if key not in everywhere:
+            raise UserError(f"config decoder_config/{key}: no group of any profile runs {key!r}; "
+                            f"labels in use: {', '.join(sorted(everywhere))}")
+    for name, p in profiles.items():
+        own = p["cross"].get("decoder_config", {})
+        for key in own:
+            if key not in used[name]:
+                raise UserError(f"config profiles/{name}/cross/decoder_config/{key}: no group of profile "
+                                f"{name!r} runs {key!r}; labels in use: {', '.join(sorted(used[name]))}")
+        for group, labels in p["cross"]["groups"].items():
+            for label in labels:
+                where = f"config profiles/{name}/cross/groups/{group}"
+                decoder = label.split("@")[0]
+                if DECODER_NAMES is not None and decoder not in DECODER_NAMES:
+                    raise UserError(f"{where}: unknown decoder {decoder!r} in {label!r}; "
+                                    f"valid: {', '.join(sorted(DECODER_NAMES))}")
+                if "@" in label and label not in own and label not in shared:
+                    raise UserError(f"{where}: label {label!r} has no decoder_config entry "
+                                    "(a variant label names its options there)")
+
+
+def load_config(config: dict | None = None) -> dict:
+    """The validated config (default: config/config.yaml)."""
     if config is None:
         config = yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
     validate(config)
+    return config
+
+
+def load_profile(config: dict | None = None, profile: str | None = None) -> Profile:
+    """Validate ``config`` (default: config/config.yaml) and return the named profile.
+
+    The top-level ``decoder_config`` holds the options every profile shares; a profile's own
+    ``cross.decoder_config`` adds labels or overrides them.
+    """
+    config = load_config(config)
     name = profile or config["profile"]
     if name not in config["profiles"]:
         raise unknown("profile", name, config["profiles"])
     p = config["profiles"][name]
     c = p["cross"]
+    dcfg = {**config.get("decoder_config", {}), **c.get("decoder_config", {})}
     return Profile(name=name, results_root=p["results_root"], offline=p["offline"], model=p["model"],
                    device=p["device"], dtype=p["dtype"], threads=p["threads"],
                    cross=BenchConfig(c["dataset"], c["n"], c["max_new_tokens"], c["max_prompt_tokens"],
                                      MappingProxyType({g: tuple(d) for g, d in c["groups"].items()}),
-                                     MappingProxyType(c.get("decoder_config", {}))),
+                                     MappingProxyType(dcfg)),
                    raw=MappingProxyType(p))
 
 
 def load_artifacts() -> dict:
     """Artifact registry (config/artifacts.yaml): id -> package, notebook, inputs, outputs."""
     return yaml.safe_load((CONFIG_DIR / "artifacts.yaml").read_text())
+
+
+def group_config(profile: Profile, group: str) -> dict:
+    """Options of one benchmark group's decoder labels (labels without options left out)."""
+    labels = profile.cross.groups[group]
+    return {k: dict(v) for k, v in profile.cross.decoder_config.items() if k in labels}
+
+
+def cross_components(profile: Profile) -> list[str]:
+    """The trained components (``medusa``, ``draft``) that some benchmark group's options name."""
+    text = json.dumps([group_config(profile, g) for g in profile.cross.groups])
+    return [c for c in COMPONENTS if "{" + c + "}" in text]
+
+
+def _values(profile: Profile, path: str) -> list[str]:
+    """What ``{path}`` in an artifact input expands to: the items of a list or the keys of a
+    mapping at that dotted path of the profile's config (``cross_components``: see above)."""
+    if path == "cross_components":
+        return cross_components(profile)
+    node = profile.raw
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise UserError(f"config/artifacts.yaml: '{{{path}}}' names nothing in profile {profile.name!r}")
+        node = node[part]
+    return [str(v) for v in node]
+
+
+def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
+    """The raw records artifact ``aid`` reads, under the profile's results root.
+
+    Each ``{dotted.path}`` in an input pattern expands over the config's values there, so the
+    list follows the config (a group added to ``cross.groups`` adds its records).
+    """
+    artifacts = artifacts if artifacts is not None else load_artifacts()
+    if aid not in artifacts:
+        raise unknown("artifact", aid, artifacts)
+    out = []
+    for pattern in artifacts[aid]["inputs"]:
+        keys = re.findall(r"\{([\w.]+)\}", pattern)
+        for combo in itertools.product(*(_values(profile, k) for k in keys)):
+            path = pattern
+            for k, v in zip(keys, combo):
+                path = path.replace("{" + k + "}", v, 1)
+            out.append(f"{profile.results_root}/{path}")
+    return out
+
+
+def artifact_outputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
+    """Files artifact ``aid`` writes: the executed notebook first, then tables and figure."""
+    spec = (artifacts if artifacts is not None else load_artifacts())[aid]
+    base = f"{profile.results_root}/{spec['package']}"
+    out = [f"{base}/notebooks/{aid}.ipynb"]
+    if "table" in spec["outputs"]:
+        out += [f"{base}/tables/{aid}.md", f"{base}/tables/{aid}.csv"]
+    if "figure" in spec["outputs"]:
+        out += [f"{base}/figures/{aid}.png"]
+    return out
+
+
+# ------------------------------------------------ the notebook side of the artifact contract
+
+def check_inputs(paths: list[str]) -> list[str]:
+    """Raise UserError naming the first declared raw record that is missing, empty or
+    truncated (a JSONL file must end with a newline; a JSON file must parse)."""
+    for p in map(Path, paths):
+        if not p.is_file() or p.stat().st_size == 0:
+            raise UserError(f"declared input {str(p)!r} is missing or empty")
+        text = p.read_text()
+        try:
+            if p.suffix == ".jsonl":
+                if not text.endswith("\n"):
+                    raise ValueError("no newline at the end")
+                for line in filter(str.strip, text.splitlines()):
+                    json.loads(line)
+            elif p.suffix == ".json":
+                json.loads(text)
+        except ValueError as e:
+            raise UserError(f"declared input {str(p)!r} is truncated or corrupt ({e})") from None
+    return [str(p) for p in paths]
+
+
+class Staged:
+    """Tables and figures of one render, written under a temporary folder and moved into
+    place together by :meth:`publish` (the notebook's last step), so a render that fails
+    midway leaves the committed files as they were."""
+
+    def __init__(self, final_dirs: dict[str, Path]):
+        self.final = {k: Path(v) for k, v in final_dirs.items()}   # kind ('tables', 'figures') -> folder
+        root = Path(next(iter(self.final.values()))).parent
+        root.mkdir(parents=True, exist_ok=True)
+        # Beside the final folders, so that os.replace stays on one file system; removed when
+        # the process ends, so a failed render leaves nothing behind either.
+        self.tmp = Path(tempfile.mkdtemp(prefix=".render-", dir=root))
+        atexit.register(shutil.rmtree, self.tmp, True)
+
+    def dir(self, kind: str) -> Path:
+        """The staging folder for ``kind``; files written there are published under its final folder."""
+        d = self.tmp / kind
+        d.mkdir(exist_ok=True)
+        return d
+
+    def publish(self) -> list[str]:
+        """Move every staged file to its final folder (os.replace: atomic per file)."""
+        done = []
+        for kind, final in self.final.items():
+            for f in sorted((self.tmp / kind).glob("*")) if (self.tmp / kind).is_dir() else []:
+                final.mkdir(parents=True, exist_ok=True)
+                os.replace(f, final / f.name)
+                done.append(str(final / f.name))
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return done

@@ -1,20 +1,20 @@
 # Helpers shared by the rule files (named functions, no lambdas in rules).
 import json
+import os
 from pathlib import Path
 
+from common.config import group_config
 from common.models import MODELS, checkpoint_dir
 
 
+def artifact_inputs(aid):
+    """Raw records artifact ``aid`` reads (common.config.artifact_inputs: the notebooks read the same list)."""
+    return _inputs(P, aid, ARTIFACTS)
+
+
 def artifact_outputs(aid):
-    """Files one artifact id writes under the profile's results root."""
-    spec = ARTIFACTS[aid]
-    base = f"{ROOT}/{spec['package']}"
-    out = [f"{base}/notebooks/{aid}.ipynb"]
-    if "table" in spec["outputs"]:
-        out += [f"{base}/tables/{aid}.md", f"{base}/tables/{aid}.csv"]
-    if "figure" in spec["outputs"]:
-        out += [f"{base}/figures/{aid}.png"]
-    return out
+    """Files artifact ``aid`` writes under the profile's results root, executed notebook first."""
+    return _outputs(P, aid, ARTIFACTS)
 
 
 def all_targets():
@@ -22,11 +22,20 @@ def all_targets():
     return [f for aid in ARTIFACTS for f in artifact_outputs(aid)]
 
 
-def model_files(wildcards=None):
-    """The converted checkpoint when the profile's model is embedded; nothing for hub models."""
-    spec = MODELS.get(P.model)
+def check_raw_records():
+    """Without rerun, end with one error line when a declared raw record is missing."""
+    missing = sorted({f for aid in ARTIFACTS for f in artifact_inputs(aid) if not os.path.isfile(f)})
+    if missing:
+        print(f"error: raw records missing for profile {P.name!r}: {', '.join(missing)} "
+              "(add --config rerun=true to run the experiments that write them)", file=sys.stderr)
+        sys.exit(2)
+
+
+def model_files(name=None):
+    """The converted checkpoint when model ``name`` (default: the profile's) is embedded; nothing for hub models."""
+    spec = MODELS.get(name or P.model)
     if spec is not None and spec.package:
-        return [str(checkpoint_dir(P.model) / "model.safetensors")]
+        return [str(checkpoint_dir(name or P.model) / "model.safetensors")]
     return []
 
 
@@ -40,45 +49,20 @@ def group_decoders(wildcards):
     return ",".join(P.cross.groups[wildcards.group])
 
 
-def artifact_inputs(aid):
-    """Raw records an artifact reads; '{cross_groups}' expands to every benchmark group,
-    '{cross_components}' to every trained component (medusa, draft) some group uses."""
-    out = []
-    for x in ARTIFACTS[aid]["inputs"]:
-        if "{cross_groups}" in x:
-            out += [f"{ROOT}/{x.replace('{cross_groups}', g)}" for g in P.cross.groups]
-        elif "{cross_components}" in x:
-            out += [f"{ROOT}/{x.replace('{cross_components}', c)}" for c in cross_components()]
-        else:
-            out.append(f"{ROOT}/{x}")
-    return out
-
-
 COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json"}
 COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model"}
 
 
-def _group_config(group):
-    labels = P.cross.groups[group]
-    return {k: dict(v) for k, v in P.cross.decoder_config.items() if k in labels}
-
-
-def cross_components():
-    """Names of the trained components ('medusa', 'draft') that any benchmark group uses."""
-    text = json.dumps([_group_config(g) for g in P.cross.groups])
-    return [key.strip("{}") for key in COMPONENT_FILES if key in text]
-
-
 def group_inputs(wildcards):
     """The model plus every trained component the group's decoders name."""
-    text = json.dumps(_group_config(wildcards.group))
+    text = json.dumps(group_config(P, wildcards.group))
     comps = [f".cache/components/{P.name}/{f}" for key, f in COMPONENT_FILES.items() if key in text]
     return [*model_files(), *comps]
 
 
 def group_decoder_config(wildcards):
     """The group's decoder options as JSON, component placeholders replaced by their folders."""
-    text = json.dumps(_group_config(wildcards.group))
+    text = json.dumps(group_config(P, wildcards.group))
     for key, folder in COMPONENT_DIRS.items():
         text = text.replace(key, f".cache/components/{P.name}/{folder}")
     return text

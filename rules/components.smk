@@ -1,6 +1,8 @@
 # Trained components shared by several methods: the self-distillation corpus (the base model's
 # own answers), Medusa heads (+ trees), the distilled draft model. Checkpoints live in the
 # git-ignored cache; their statistics are copied under results/ for the notebooks.
+from common.medusa import TREE_SIZES
+
 COMP = f".cache/components/{P.name}"
 C = P.raw["components"]
 
@@ -10,6 +12,7 @@ rule selfdistill_corpus:
     output: f"{COMP}/corpus.pt"
     conda: "../env.yml"
     log: f"{LOGS}/selfdistill_corpus.log"
+    benchmark: f"{BENCH}/selfdistill_corpus.tsv"
     threads: workflow.cores
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads
     shell:
@@ -21,10 +24,11 @@ rule train_medusa:
     input: f"{COMP}/corpus.pt"
     output:
         heads=f"{COMP}/medusa/heads.pt",
-        trees=[f"{COMP}/medusa/tree_{n}.json" for n in (16, 32, 63)],
+        trees=[f"{COMP}/medusa/tree_{n}.json" for n in TREE_SIZES],
         stats=f"{ROOT}/cross/raw/medusa_stats.json",
     conda: "../env.yml"
     log: f"{LOGS}/train_medusa.log"
+    benchmark: f"{BENCH}/train_medusa.tsv"
     threads: workflow.cores
     params:
         env=ENV, py=PY, m=P.model, c=C["corpus"], h=C["medusa"], t=P.threads, out=parent_of_heads,
@@ -43,6 +47,7 @@ rule distill_draft:
         stats=f"{ROOT}/cross/raw/draft_stats.json",
     conda: "../env.yml"
     log: f"{LOGS}/distill_draft.log"
+    benchmark: f"{BENCH}/distill_draft.tsv"
     threads: workflow.cores
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], d=C["draft"], t=P.threads, out=parent_of_draft
     shell:

@@ -5,6 +5,7 @@ rule bench_cross:
     output: f"{ROOT}/cross/raw/bench_{{group}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/bench_cross_{{group}}.log"
+    benchmark: f"{BENCH}/bench_cross_{{group}}.tsv"
     # All cores: timing rules never share the machine with another job.
     threads: workflow.cores
     params:

@@ -1,11 +1,11 @@
 # Predictive Pipelined Decoding: Table 1's prompts -> intermediate heads -> match-rate runs
 # (greedy, N and Y heads; sampling methods, N head) -> Table 3's benchmark with real workers.
 # Raw JSONL under <root>/ppd_pipelined/raw/; the heads checkpoint in the git-ignored cache.
-from ppd_pipelined.cli import RuleParams
+from ppd_pipelined.workflow import RuleParams
 from ppd_pipelined.config import TASKS as PPDP_TASKS, METHODS as PPDP_METHODS, from_profile as ppdp_from_profile
 
 PPDP = ppdp_from_profile(P)
-PPDR = RuleParams(PPDP)  # rule arguments (ppd_pipelined/cli.py)
+PPDR = RuleParams(PPDP)  # rule arguments (ppd_pipelined/workflow.py)
 PPDP_RAW = f"{ROOT}/ppd_pipelined/raw"
 PPDP_CACHE = f".cache/ppd_pipelined/{P.name}"
 
@@ -26,7 +26,7 @@ rule ppdp_prompts:
 
 
 rule ppdp_train_heads:
-    input: PPDR.model_files(PPDP.model)
+    input: model_files(PPDP.model)
     output:
         heads=f"{PPDP_CACHE}/heads.pt",
         layer_heads=[f"{PPDP_CACHE}/head_l{l}.pt" for l in PPDP.layers],
@@ -34,6 +34,7 @@ rule ppdp_train_heads:
         meta=f"{PPDP_RAW}/heads_meta.json",
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_train_heads.log"
+    benchmark: f"{BENCH}/ppdp_train_heads.tsv"
     threads: workflow.cores
     params:
         env=ENV, py=PY, m=PPDP.model, p=P, layers=PPDR.layers, cfg=PPDR.heads_config,
@@ -47,12 +48,13 @@ rule ppdp_train_heads:
 
 rule ppdp_matchrate:
     input:
-        PPDR.model_files(PPDP.model),
+        model_files(PPDP.model),
         prompts=f"{PPDP_RAW}/prompts_{{task}}.jsonl",
         heads=f"{PPDP_CACHE}/heads.pt",
     output: f"{PPDP_RAW}/matchrate_{{task}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_matchrate_{{task}}.log"
+    benchmark: f"{BENCH}/ppdp_matchrate_{{task}}.tsv"
     threads: workflow.cores
     params:
         env=ENV, py=PY, m=PPDP.model, p=P, t=PPDR.task, layers=PPDR.layers,
@@ -67,11 +69,12 @@ rule ppdp_matchrate:
 
 rule ppdp_sampling:
     input:
-        PPDR.model_files(PPDP.sampling.model),
+        model_files(PPDP.sampling.model),
         prompts=f"{PPDP_RAW}/prompts_{{task}}.jsonl",
     output: f"{PPDP_RAW}/sampling_{{task}}_{{method}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_sampling_{{task}}_{{method}}.log"
+    benchmark: f"{BENCH}/ppdp_sampling_{{task}}_{{method}}.tsv"
     threads: workflow.cores
     params:
         env=ENV, py=PY, s=PPDP.sampling, p=P, t=PPDR.task, layers=PPDR.layers, mpt=PPDP.max_prompt_tokens,
@@ -86,11 +89,12 @@ rule ppdp_sampling:
 
 rule ppdp_bench:
     input:
-        PPDR.model_files(PPDP.table3.model),
+        model_files(PPDP.table3.model),
         prompts=f"{PPDP_RAW}/prompts_{{task}}.jsonl",
     output: f"{PPDP_RAW}/bench_{{task}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_bench_{{task}}.log"
+    benchmark: f"{BENCH}/ppdp_bench_{{task}}.tsv"
     # All cores: a timing rule never shares the machine with another job.
     threads: workflow.cores
     params:

@@ -4,6 +4,7 @@ rule prepare_model:
     output: str(checkpoint_dir("{model}") / "model.safetensors")
     conda: "../env.yml"
     log: f"{LOGS}/prepare_model_{{model}}.log"
+    benchmark: f"{BENCH}/prepare_model_{{model}}.tsv"
     params: env=ENV, py=PY
     shell: "{params.env} {params.py} -m common.models convert {wildcards.model} > {log} 2>&1"
 

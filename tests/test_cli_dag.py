@@ -43,21 +43,56 @@ def test_bench_unknown_decoder_after_model_load(tmp_path, embedded):
     assert not out.exists()
 
 
+def error_lines(r):
+    return [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
+
+
 @pytest.mark.parametrize("profile", ["smoke", "embedded", "paper"])
 def test_dag_plans_every_profile(profile):
     # -F: plan every job, whatever outputs an earlier local run left (CI starts from none)
-    r = run([*SNAKEMAKE, "-n", "-F", "--nolock", "all", "--config", f"profile={profile}"])
+    r = run([*SNAKEMAKE, "-n", "-F", "--nolock", "all", "--config", f"profile={profile}", "rerun=true"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cross_table" in r.stdout + r.stderr and "bench_cross" in r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("target", ["all", "cross_table", "ppdp_table3"])
+def test_render_plans_no_experiment(target):
+    """Without rerun=true a target re-renders from the committed raw records: no model, no training, no benchmark."""
+    r = run([*SNAKEMAKE, "-n", "-F", "--nolock", target])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert target in out
+    for heavy in ("prepare_model", "selfdistill_corpus", "train_medusa", "bench_cross", "ppdp_bench", "ppdp_matchrate"):
+        assert heavy not in out, heavy
+
+
+def test_render_without_raw_records_is_one_error_line():
+    r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=paper"])
+    assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout + r.stderr
+    assert "raw records missing" in error_lines(r)[0] and "rerun=true" in error_lines(r)[0]
+
+
 def test_dag_unknown_profile():
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=gpu"])
-    assert r.returncode != 0 and "unknown profile 'gpu'; valid: embedded, paper, smoke" in r.stderr
+    assert r.returncode == 2 and error_lines(r) == ["error: unknown profile 'gpu'; valid: embedded, paper, smoke"]
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ("decoder_config:\n  medusa@t99: {tree: 16}\n", "no group of any profile runs 'medusa@t99'"),
+    ("profiles:\n  embedded:\n    cross:\n      groups:\n        x: [vanilla, medusa@t99]\n",
+     "label 'medusa@t99' has no decoder_config entry"),
+    ("profiles:\n  embedded:\n    cross:\n      groups:\n        x: [vanilla, medusae]\n", "unknown decoder 'medusae'"),
+])
+def test_dag_rejects_unused_or_unknown_labels(tmp_path, extra, msg):
+    """A decoder_config key no group runs, or a group label nothing configures, fails the dry run."""
+    cfg = tmp_path / "extra.yaml"
+    cfg.write_text(extra)
+    r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--configfile", str(cfg)])
+    assert r.returncode == 2 and len(error_lines(r)) == 1 and msg in error_lines(r)[0], r.stdout + r.stderr
 
 
 def test_dag_lint():
-    r = run([*SNAKEMAKE, "--lint", "--nolock", "--config", "profile=smoke"])
+    r = run([*SNAKEMAKE, "--lint", "--nolock", "--config", "profile=smoke", "rerun=true"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -67,7 +102,7 @@ def test_smoke_dag_end_to_end(embedded):
     """The smoke profile runs the whole DAG: bench -> notebook -> table, from scratch."""
     smoke = ROOT / ".cache" / "smoke" / "results"
     shutil.rmtree(smoke, ignore_errors=True)
-    r = run([*SNAKEMAKE, "-j2", "all", "--config", "profile=smoke"])
+    r = run([*SNAKEMAKE, "-j2", "all", "--config", "profile=smoke", "rerun=true"])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     md = (smoke / "cross" / "tables" / "cross.table.md").read_text()
     assert "smollm2-135m-instruct" in md and "profile**: smoke" in md
@@ -81,3 +116,6 @@ def test_smoke_dag_end_to_end(embedded):
     assert set(table.group) == {"baselines", "speculative", "medusa", "pipelined"}
     assert (table.identical_to_vanilla == "2/2").all(), table[["decoder", "identical_to_vanilla"]]
     assert (smoke / "cross" / "figures" / "cross.fig.png").is_file()
+    # heavy rules record wall time and peak memory beside their logs
+    bench = ROOT / ".cache" / "logs" / "smoke" / "benchmarks" / "bench_cross_baselines.tsv"
+    assert bench.is_file() and "max_rss" in bench.read_text()

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import load_artifacts, load_profile
+from common.config import load_profile
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,11 +65,37 @@ def test_env_yml_and_requirements_pin_the_same():
     assert "python=3.11" in env["dependencies"]
 
 
-def test_artifact_ids_are_catalogued():
-    """Every registered artifact id is one of shared/ARTIFACTS.md's (when shared/ is beside us)."""
-    catalogue = ROOT.parent / "shared" / "ARTIFACTS.md"
-    ids = set(load_artifacts())
-    assert "cross.table" in ids
-    if catalogue.is_file():
-        listed = set(re.findall(r"^\| ([a-z]+\.[\w.\-]+) \|", catalogue.read_text(), re.M))
-        assert ids <= listed, ids - listed
+def _with(cfg_edit):
+    cfg = copy.deepcopy(CFG)
+    cfg_edit(cfg)
+    return cfg
+
+
+@pytest.mark.parametrize("edit,msg", [
+    (lambda c: c["decoder_config"].update({"medusa@t99": {"tree": 16}}), "no group of any profile runs 'medusa@t99'"),
+    (lambda c: c["profiles"]["smoke"]["cross"].update(decoder_config={"medusa@t63": {"tree": 63}, "hf_assisted@x": {}}),
+     "no group of profile 'smoke' runs 'hf_assisted@x'"),
+    (lambda c: c["profiles"]["smoke"]["cross"]["groups"].update(x=["vanilla", "speculative@fast"]),
+     "label 'speculative@fast' has no decoder_config entry"),
+    (lambda c: c["profiles"]["smoke"]["cross"]["groups"].update(x=["vanilla", "lookahead"]), "unknown decoder 'lookahead'"),
+])
+def test_decoder_labels_checked(edit, msg):
+    with pytest.raises(UserError, match=re.escape(msg)) as e:
+        load_profile(_with(edit), "smoke")
+    assert "\n" not in str(e.value)
+
+
+def test_shared_decoder_config_merged_and_overridable():
+    cfg = _with(lambda c: c["profiles"]["smoke"]["cross"].update(decoder_config={"medusa@t63": {"heads": "{medusa}", "tree": 32}}))
+    smoke, embedded = load_profile(cfg, "smoke"), load_profile(cfg, "embedded")
+    assert smoke.cross.decoder_config["medusa@t63"]["tree"] == 32 and embedded.cross.decoder_config["medusa@t63"]["tree"] == 63
+    assert smoke.cross.decoder_config["speculative"] == CFG["decoder_config"]["speculative"]
+
+
+def test_ppd_keys_are_all_read():
+    """Every ppd_pipelined key the config may hold is required by the schema or read by a dataclass."""
+    from ppd_pipelined.config import from_profile
+    c = from_profile(load_profile(CFG, "embedded"))
+    raw = CFG["profiles"]["embedded"]["ppd_pipelined"]
+    assert c.mid_layer == raw["mid_layer"] and c.ks == tuple(raw["ks"])
+    assert c.sampling.tasks == tuple(raw["sampling"]["tasks"]) and c.table3.tasks == tuple(raw["table3"]["tasks"])

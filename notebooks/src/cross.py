@@ -1,29 +1,37 @@
-# %% parameters
-artifact_id = "cross.table"
-results_root = "results"
-package = "cross"
-profile = "embedded"
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
 
 # %% md
 # # Cross-method comparison
 # Every decoder registered in this repository on the same model, prompts and machine.
-# Each benchmark group (`results/<root>/cross/raw/bench_<group>.jsonl`) ran its decoders
+# Each benchmark group (`<results_root>/cross/raw/bench_<group>.jsonl`) ran its decoders
 # interleaved per prompt with its own `vanilla` baseline, so every speedup is a ratio measured
-# within one run. Computed from the raw records only (written by `common.bench`).
+# within one run. Computed from the raw records only (written by `common.bench`): exactly the
+# files the artifact declares for the profile's `cross.groups` (a missing or truncated one is
+# an error, a stray file in the folder is ignored). This comparison is the project's own: no
+# paper reports it, so no paper numbers stand beside it.
 
 # %%
+import dataclasses
+import json
 from pathlib import Path
 
 import pandas as pd
 
+from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
 from common.report import provenance, summarize, write_table
 
 base = Path(results_root) / package
-files = sorted((base / "raw").glob("bench_*.jsonl"))
+if inputs is None:  # run by hand: the same list the rule declares, for this results root
+    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
+inputs = check_inputs(inputs)
+# groups in name order, as the committed tables have always listed them
+files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_"))
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
 records = [r for recs in groups.values() for r in recs]
 meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(f) for f in files)}
+staged = Staged({"tables": base / "tables", "figures": base / "figures"})
 meta
 
 # %% md
@@ -34,10 +42,8 @@ meta
 # target's and could be shared, which would leave only `params_not_shared` in `draft_stats.json`.
 
 # %%
-import json
-
-stats = {c: json.loads((base / "raw" / f"{c}_stats.json").read_text())
-         for c in ("medusa", "draft") if (base / "raw" / f"{c}_stats.json").is_file()}
+stats = {Path(p).name.removesuffix("_stats.json"): json.loads(Path(p).read_text())
+         for p in inputs if p.endswith("_stats.json")}
 
 
 def component_of(cfg):
@@ -51,7 +57,7 @@ def extras(recs, decoder):
     if c is None:
         return 0.0, None
     if c not in stats:
-        raise FileNotFoundError(f"{decoder} uses trained {c} but {base}/raw/{c}_stats.json is missing")
+        raise FileNotFoundError(f"{decoder} uses trained {c} but no {c}_stats.json is among the declared inputs")
     s = stats[c]
     return s["params"] / 1e6, s["train_wall_s"]
 
@@ -88,40 +94,41 @@ def cross_rows():
 # transformers uses to tune it, is not installed). The `@stop` variants run the same rule in our
 # loop (`gamma: 20, confidence: 0.4`), so the two implementations are compared like for like.
 
-# %%
-if artifact_id == "cross.table":
-    table = cross_rows()
-    cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
-            "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s", "identical_to_vanilla"]
-    table = table[cols]
-    write_table(table, artifact_id, base / "tables", meta)
-    print((base / "tables" / f"{artifact_id}.md").read_text())
-elif artifact_id == "cross.fig":
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+# %% [cross.table]
+table = cross_rows()
+cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
+        "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s", "identical_to_vanilla"]
+table = table[cols]
+write_table(table, artifact_id, staged.dir("tables"), meta)
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
-    table = cross_rows()
-    table = table[table.decoder != "vanilla"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    for g, t in table.groupby("group", sort=False):
-        mem = t.extra_mem_mib  # measured, not derived from the parameter count
-        ax.scatter(mem, t.speedup, label=g, s=40)
-    # Labels alternate above and below their points in order of speedup, so that decoders
-    # with nearly equal speedups do not print over each other.
-    others = table[table.decoder != "vanilla"].sort_values("speedup")
-    for i, (x, y, d) in enumerate(zip(others.extra_mem_mib, others.speedup, others.decoder)):
-        ax.annotate(d, (x, y), textcoords="offset points", xytext=(4, 3 if i % 2 else -10), fontsize=7)
-    ax.set_xlabel("extra peak memory vs vanilla (MiB, same run)")
-    ax.set_ylabel("speedup vs vanilla (tokens/s ratio, same run)")
-    ax.set_title(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
-    ax.legend(fontsize=7)
-    figs = base / "figures"
-    figs.mkdir(parents=True, exist_ok=True)
-    fig.savefig(figs / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-    out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
-    write_table(out, artifact_id, base / "tables", meta)
-    print((base / "tables" / f"{artifact_id}.md").read_text())
-else:
-    raise ValueError(f"notebook cross does not make {artifact_id!r}")
+# %% [cross.fig]
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+table = cross_rows()
+table = table[table.decoder != "vanilla"]
+fig, ax = plt.subplots(figsize=(7, 4.5))
+ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+for g, t in table.groupby("group", sort=False):
+    mem = t.extra_mem_mib  # measured, not derived from the parameter count
+    ax.scatter(mem, t.speedup, label=g, s=40)
+# Labels alternate above and below their points in order of speedup, so that decoders
+# with nearly equal speedups do not print over each other.
+others = table[table.decoder != "vanilla"].sort_values("speedup")
+for i, (x, y, d) in enumerate(zip(others.extra_mem_mib, others.speedup, others.decoder)):
+    ax.annotate(d, (x, y), textcoords="offset points", xytext=(4, 3 if i % 2 else -10), fontsize=7)
+ax.set_xlabel("extra peak memory vs vanilla (MiB, same run)")
+ax.set_ylabel("speedup vs vanilla (tokens/s ratio, same run)")
+ax.set_title(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
+ax.legend(fontsize=7)
+fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
+write_table(out, artifact_id, staged.dir("tables"), meta)
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %%
+for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
+    print("wrote", f)

@@ -1,18 +1,17 @@
-"""What the Snakemake rules of ``rules/ppd_pipelined.smk`` pass to the entry points.
+"""Workflow parameters: what the Snakemake rules of ``rules/ppd_pipelined.smk`` pass to the entry points.
 
 The entry points themselves are ``python -m ppd_pipelined.templates`` (Table 1's prompts),
 ``python -m ppd_pipelined.heads`` (intermediate heads), ``python -m ppd_pipelined.matchrate``
 (p_correct runs) and ``python -m common.bench`` (Table 3). :class:`RuleParams` turns one
 profile's :class:`~ppd_pipelined.config.PPDConfig` into their arguments, so the rule file holds
-rules only (no functions, no lambdas).
+rules only (no functions, no lambdas); the model checkpoint a rule needs comes from
+``model_files`` in rules/common.smk.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-
-from common.models import MODELS, checkpoint_dir
 
 from .config import PPDConfig, TaskConfig
 
@@ -59,9 +58,3 @@ class RuleParams:
     def heads_dir(wildcards, output) -> str:
         """The heads' folder, read from the checkpoint path (rule ppdp_train_heads)."""
         return str(Path(output.heads).parent)
-
-    @staticmethod
-    def model_files(name: str) -> list[str]:
-        """The converted checkpoint when ``name`` is an embedded model; nothing for hub models."""
-        spec = MODELS.get(name)
-        return [str(checkpoint_dir(name) / "model.safetensors")] if spec is not None and spec.package else []

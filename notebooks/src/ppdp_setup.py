@@ -1,0 +1,93 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # Predictive Pipelined Decoding (ppd_pipelined): set-up
+# What the experiments ran with, read from their records: Table 1's prompt templates as the
+# code rendered them (`prompts_<task>.jsonl`) and Table 4's recipe for the intermediate heads
+# (`heads_meta.json`, `heads_train.jsonl`), beside the paper's values
+# (`ppd_pipelined/paper_numbers.yaml`). Every table names its model, data, profile and hardware.
+
+# %%
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from common.records import read_jsonl
+from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance
+
+R = Render(artifact_id, results_root, package, profile, inputs)
+TASKS = list(R.cfg.tasks)
+
+# %% md [ppdp.table1]
+# ## Table 1: the prompt templates, as the code used them
+# Table 1 of the paper holds templates, no numbers: the comparison is the template text itself.
+
+# %% [ppdp.table1]
+recs, srcs = R.records("prompts_")
+rows = []
+for t in TASKS:
+    r = [x for x in recs if x["task"] == t]
+    rows.append({"task": LABEL[t], "paper dataset": r[0]["paper_dataset"], "dataset used": r[0]["dataset"],
+                 "prompts": len(r), "template": r[0]["template"],
+                 "prompt": r[0]["template_text"].replace("\n", "<br>"), "fields": r[0]["fields_rule"]})
+table = pd.DataFrame(rows)
+meta = provenance(recs, srcs, TASKS, note="the rendered prompt is then wrapped in the model's chat template "
+                                          "(common.prompts.encode_prompt), as in every decoding run")
+meta["profile"] = profile
+R.save_table(table, meta)
+
+# %% md [ppdp.table4]
+# ## Table 4: the intermediate heads' training recipe (from the checkpoint's metadata)
+# `used` is read from the metadata the training wrote, `paper` from the paper's Table 4.
+
+# %% [ppdp.table4]
+hm = json.loads(open(R.path("heads_meta.json")).read())
+log = read_jsonl(R.path("heads_train.jsonl"))
+c, m = hm["config"], hm["meta"]
+paper4 = paper_numbers("table4")
+paper = paper4["values"]
+used = {"Number of Epochs": c["epochs"], "Learning Rate": c["lr"], "Batch Size": c["batch_size"],
+        "Optimizer": "AdamW", "Loss Function": "Cross-Entropy (next token, reply tokens)",
+        "Max Sequence Length": c["max_len"], "Warmup ratio": c["warmup_frac"], "Weight Decay": c["weight_decay"]}
+rows = [{"hyperparameter": k, "paper": str(paper[k]), "used": str(used[k])} for k in paper]
+extra = [("LR schedule", "-", "linear warmup, then linear decay (common.training)"),
+         ("Max grad norm", "-", c["max_grad_norm"]), ("Seed", "-", c["seed"]),
+         ("Initialization", "-", m["init"]), ("Frozen", "all model parameters", m["frozen"]),
+         ("Training data", "ShareGPT", f"{m['dataset']}: {m['sequences']} conversations "
+                                      f"({hm['train_tokens']} reply tokens), {m['excluded_eval_conversations']} "
+                                      f"evaluation conversations excluded"),
+         ("Layers", "each probed layer", ", ".join(map(str, m["layers"]))),
+         ("Steps", "-", hm["steps"]), ("Training wall time (s)", "8 A100 GPUs", round(hm["train_wall_s"], 1))]
+rows += [{"hyperparameter": a, "paper": str(b), "used": str(v)} for a, b, v in extra]
+if hm.get("holdout_before") and hm.get("holdout_after"):
+    b, a = hm["holdout_before"], hm["holdout_after"]
+    for l in m["layers"]:
+        x, y = b[str(l)], a[str(l)]
+        rows.append({"hyperparameter": f"held-out, layer {l}: CE / top-1 acc / top-1 = final",
+                     "paper": "-", "used": f"{x['loss']:.3f} -> {y['loss']:.3f} / {x['acc']:.3f} -> {y['acc']:.3f}"
+                                           f" / {x['match_final']:.3f} -> {y['match_final']:.3f}"
+                                           f" ({b['tokens']} tokens, before -> after)"})
+table = pd.DataFrame(rows)
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.plot([r["step"] for r in log], [r["loss"] for r in log], ".-")
+ax.set_xlabel("step")
+ax.set_ylabel("training loss (mean CE over layers)")
+ax.set_title(f"PPD intermediate heads, {profile}")
+R.save_figure(fig)
+differ = [k for k in paper if str(paper[k]) != str(used[k]).split(" (")[0]]
+rec = {"model": hm["model_name"], "profile": hm["profile"], "device": hm["device"], "dtype": hm["dtype"]}
+meta = provenance([rec], R.inputs, TASKS)
+meta["data"] = f"{m['dataset']} (first exchange: prompt through the chat template, loss on the reply)"
+meta["note"] = "'used' is read from the checkpoint's metadata, not typed; 'paper' is the paper's Table 4"
+meta["paper"] = paper4["cite"]
+meta["comparison"] = (f"{len(paper) - len(differ)}/{len(paper)} of the paper's hyperparameters used as is; "
+                      f"scaled for this profile: {', '.join(differ) or 'none'}")
+R.save_table(table, meta)
+
+# %%
+R.publish()
