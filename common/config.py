@@ -24,7 +24,7 @@ from typing import Mapping
 import jsonschema
 import yaml
 
-from .errors import UserError, unknown
+from .errors import UserError, check_range, unknown
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 # Trained components a decoder option may name, and the statistics file each training writes.
@@ -53,6 +53,30 @@ def _decoder_names() -> frozenset[str] | None:
 
 
 DECODER_NAMES = _decoder_names()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer and schedule of :func:`common.training.train` (AdamW, linear warmup then
+    linear decay, as in the papers). Torch-free, so the workflow can build it while planning."""
+    lr: float = 1e-3
+    warmup_frac: float = 0.04
+    weight_decay: float = 0.0
+    epochs: int = 1
+    batch_size: int = 8
+    seed: int = 0
+    checkpoint_every: int = 50
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise UserError(f"lr={self.lr} is out of range; valid: > 0")
+        check_range("warmup_frac", self.warmup_frac, 0, 1)
+        check_range("weight_decay", self.weight_decay, 0)
+        check_range("epochs", self.epochs, 1)
+        check_range("batch_size", self.batch_size, 1)
+        check_range("checkpoint_every", self.checkpoint_every, 1)
+        check_range("max_grad_norm", self.max_grad_norm, 0)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,17 @@ def _raise_exit(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def check_layers(layers, depth: int | None = None, name: str = "layer", lo: int = 1) -> None:
+    """Raise UserError unless every layer is an int in ``lo..depth-1`` (an exit strictly inside
+    the model by default). ``depth=None`` checks only the type and the lower bound."""
+    for layer in layers:
+        if not isinstance(layer, int) or isinstance(layer, bool) or layer < lo or \
+                (depth is not None and layer >= depth):
+            hi = "d-1" if depth is None else depth - 1
+            has = "" if depth is None else f" (model has {depth})"
+            raise UserError(f"{name}={layer!r} is outside the model's layers; valid: {lo}..{hi}{has}")
+
+
 def cli_main(fn: Callable[[], None]) -> None:
     """Run ``fn``; on UserError print one line and exit 2. SIGTERM unwinds (cleans up) first."""
     previous = exit_on_sigterm()

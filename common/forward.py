@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import UserError
+from .errors import UserError, check_layers
 
 
 # -- masks --------------------------------------------------------------------------------
@@ -60,17 +60,6 @@ def _backbone(model):
 def num_layers(model) -> int:
     """Decoder layer count ``d`` of a causal LM."""
     return len(_backbone(model).layers)
-
-
-def check_layers(layers, depth: int | None = None, name: str = "layer", lo: int = 1) -> None:
-    """Raise UserError unless every layer is an int in ``lo..depth-1`` (an exit strictly inside
-    the model by default). ``depth=None`` checks only the type and the lower bound."""
-    for layer in layers:
-        if not isinstance(layer, int) or isinstance(layer, bool) or layer < lo or \
-                (depth is not None and layer >= depth):
-            hi = "d-1" if depth is None else depth - 1
-            has = "" if depth is None else f" (model has {depth})"
-            raise UserError(f"{name}={layer!r} is outside the model's layers; valid: {lo}..{hi}{has}")
 
 
 def check_layer(model, layer: int, name: str = "layer") -> None:

@@ -41,7 +41,7 @@ MODELS: dict[str, ModelSpec] = {
     "vicuna-7b": ModelSpec(hub_id="lmsys/vicuna-7b-v1.3", note="prompt decoding, FIRP, Medusa"),
     "vicuna-13b": ModelSpec(hub_id="lmsys/vicuna-13b-v1.3", note="prompt decoding, FIRP"),
     "llama2-7b-chat": ModelSpec(hub_id="meta-llama/Llama-2-7b-chat-hf", note="FIRP"),
-    "llama2-13b-chat": ModelSpec(hub_id="meta-llama/Llama-2-13b-chat-hf", note="Predictive Pipelined Decoding (ppd_pipelined)"),
+    "llama2-13b-chat": ModelSpec(hub_id="meta-llama/Llama-2-13b-chat-hf", note="Predictive Pipelined Decoding"),
     "t5-small": ModelSpec(hub_id="google-t5/t5-small", note="BiLD small (summarization)"),
     "t5-large": ModelSpec(hub_id="google-t5/t5-large", note="BiLD large (summarization)"),
     "mt5-small": ModelSpec(hub_id="google/mt5-small", note="BiLD small (translation)"),

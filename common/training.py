@@ -1,6 +1,6 @@
 """The one training loop: seeded, tqdm progress, checkpointed and resumable.
 
-Every trained component (pipelined decoding's intermediate heads (ppd_pipelined), Medusa heads, the distilled draft model,
+Every trained component (Predictive Pipelined Decoding's intermediate heads, Medusa heads, the distilled draft model,
 FIRP's linear maps, prompt tokens) trains a small module on top of a frozen model through
 :func:`train`. A checkpoint holds the module, optimizer, scheduler, step, RNG state and the
 config it was trained with; resuming with another config is an error, not a silent mix.
@@ -11,34 +11,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 from tqdm import tqdm
 
-from .errors import UserError, check_range
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimizer and schedule (AdamW, linear warmup then linear decay, as in the papers)."""
-    lr: float = 1e-3
-    warmup_frac: float = 0.04
-    weight_decay: float = 0.0
-    epochs: int = 1
-    batch_size: int = 8
-    seed: int = 0
-    checkpoint_every: int = 50
-    max_grad_norm: float = 1.0
-
-    def __post_init__(self):
-        check_range("lr", self.lr, 0)
-        check_range("warmup_frac", self.warmup_frac, 0, 1)
-        check_range("epochs", self.epochs, 1)
-        check_range("batch_size", self.batch_size, 1)
-        check_range("checkpoint_every", self.checkpoint_every, 1)
+from .config import TrainConfig  # defined torch-free (the workflow builds it while planning)
+from .errors import UserError
 
 
 def _schedule(total: int, warmup: int):

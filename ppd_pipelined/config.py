@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from common.errors import UserError, check_range
+from common.config import TrainConfig
+from common.errors import UserError, check_layers, check_range
 
 TASKS = ("squad", "wmt", "cnn_dm")          # the paper's three tasks (Table 1), fixed keys
 METHODS = ("greedy", "top_k", "top_p")       # Appendix B's decoding methods
@@ -31,15 +32,12 @@ def check_p(name: str, p) -> None:
         raise UserError(f"{name}={p!r} is out of range; valid: [0, 1]")
 
 
-def check_layers(layers, depth: int | None = None) -> None:
-    """Raise UserError unless every probed layer is in ``[1, depth)`` (``depth`` when known)."""
+def check_probed_layers(layers, depth: int | None = None) -> None:
+    """Raise UserError unless the probed layers are distinct, non-empty and each in
+    ``[1, depth)`` (``depth`` when known)."""
     if not layers:
         raise UserError("layers must name at least one probed layer")
-    for l in layers:
-        if isinstance(l, bool) or not isinstance(l, int) or l < 1 or (depth is not None and l >= depth):
-            hi = f"{depth - 1}" if depth is not None else "d-1"
-            raise UserError(f"layer={l!r} is outside the model's layers; valid: 1..{hi}"
-                            + (f" (model has {depth})" if depth is not None else ""))
+    check_layers(layers, depth)
     if len(set(layers)) != len(layers):
         raise UserError(f"layers {list(layers)} repeat a layer")
 
@@ -61,33 +59,20 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
-class HeadsConfig:
-    """Table 4's recipe for the intermediate LM heads, scaled per profile."""
+class HeadsConfig(TrainConfig):
+    """Table 4's recipe for the intermediate LM heads, scaled per profile: the data fields
+    below, and the optimizer and schedule of :class:`~common.config.TrainConfig` (the
+    profiles set them; the paper's are in the ``paper`` profile)."""
     dataset: str = "sharegpt"
     sequences: int = 64        # training conversations (first human turn + gpt reply)
     holdout: int = 8           # held-out conversations for the before/after check
     max_len: int = 256         # tokens per sequence (paper: 2048)
-    epochs: int = 3
-    lr: float = 2e-5
-    batch_size: int = 128      # sequences per step
-    warmup_frac: float = 0.04
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0  # HF Trainer's default, which the paper's recipe implies
-    seed: int = 0
-    checkpoint_every: int = 10
 
     def __post_init__(self):
+        super().__post_init__()
         check_range("heads.sequences", self.sequences, 1)
         check_range("heads.holdout", self.holdout, 1)
         check_range("heads.max_len", self.max_len, 8)
-        check_range("heads.epochs", self.epochs, 1)
-        if not self.lr > 0:
-            raise UserError(f"heads.lr={self.lr} is out of range; valid: > 0")
-        check_range("heads.batch_size", self.batch_size, 1)
-        check_p("heads.warmup_frac", self.warmup_frac)
-        check_range("heads.weight_decay", self.weight_decay, 0)
-        check_range("heads.max_grad_norm", self.max_grad_norm, 0)
-        check_range("heads.checkpoint_every", self.checkpoint_every, 1)
 
 
 @dataclass(frozen=True)
@@ -133,7 +118,7 @@ class Table3Config:
         check_range("table3.n", self.n, 1)
         check_range("table3.max_new_tokens", self.max_new_tokens, 1)
         if self.exit_layer is not None:
-            check_layers([self.exit_layer])
+            check_layers([self.exit_layer], name="exit_layer")
         if self.backend not in ("gloo", "serial"):
             raise UserError(f"unknown backend {self.backend!r}; valid: gloo, serial")
 
@@ -154,7 +139,7 @@ class PPDConfig:
     raw: Mapping = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        check_layers(list(self.layers))
+        check_probed_layers(list(self.layers))
         for k in self.ks:
             _check_k("k", k)
         for c in self.classifiers:

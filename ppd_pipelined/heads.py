@@ -35,7 +35,7 @@ import json
 import os
 import random
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
@@ -48,7 +48,7 @@ from common.hardware import describe
 from common.prompts import encode_prompt
 from common.training import TrainConfig, fingerprint, load_trained, read_trained, train
 
-from .config import HeadsConfig, check_layers
+from .config import HeadsConfig, check_probed_layers
 
 INIT = "copy of the model's LM head (final-layer classifier)"
 
@@ -71,7 +71,7 @@ class LayerHeads(nn.Module):
 
 
 def new_heads(model, layers) -> LayerHeads:
-    check_layers(list(layers), num_layers(model))
+    check_probed_layers(list(layers), num_layers(model))
     return LayerHeads(layers, model.config.hidden_size, model.lm_head.out_features,
                       model.lm_head.weight.float()).to(model.device)
 
@@ -154,9 +154,8 @@ def evaluate(model, heads: LayerHeads, seqs: list[dict]) -> dict:
 
 # ---------------------------------------------------------------- train / load
 def train_config(cfg: HeadsConfig) -> TrainConfig:
-    return TrainConfig(lr=cfg.lr, warmup_frac=cfg.warmup_frac, weight_decay=cfg.weight_decay, epochs=cfg.epochs,
-                       batch_size=cfg.batch_size, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
-                       max_grad_norm=cfg.max_grad_norm)
+    """The optimizer part of the recipe, as the checkpoint identity records it."""
+    return TrainConfig(**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)})
 
 
 def identity_meta(model, layers, cfg: HeadsConfig, n_excluded: int) -> dict:
@@ -223,7 +222,7 @@ def main(argv=None) -> None:
         layers = [int(x) for x in a.layers.split(",") if x]
     except (TypeError, ValueError) as e:
         raise UserError(f"bad heads config: {e}") from None
-    check_layers(layers)
+    check_probed_layers(layers)
     if a.threads:
         torch.set_num_threads(a.threads)
     from common.models import load_model

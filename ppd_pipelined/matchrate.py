@@ -43,7 +43,7 @@ from common.hardware import describe
 from common.prompts import TRUNCATE, fit_prompt
 from common.records import JsonlWriter
 
-from .config import CLASSIFIERS, MAX_TOPK, METHODS, TASKS, check_layers, check_p
+from .config import CLASSIFIERS, MAX_TOPK, METHODS, TASKS, check_p, check_probed_layers
 
 
 def choose(logits: torch.Tensor, method: str, top_k: int = 3, top_p: float = 0.95,
@@ -187,7 +187,7 @@ def validate(a) -> tuple[list[int], list[str]]:
     check_device(a.device)
     check_out_path(a.out)
     # The depth from the config, so the message says 1..29, not 1..d-1, and before loading.
-    check_layers(layers, _model_depth(a.model))
+    check_probed_layers(layers, _model_depth(a.model))
     classifiers = [c for c in a.classifiers.split(",") if c]
     for c in classifiers:
         if c not in CLASSIFIERS:
@@ -208,7 +208,7 @@ def run(a) -> list[dict]:
         torch.set_num_threads(a.threads)
     from common.models import load_model
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
-    check_layers(layers, num_layers(model))
+    check_probed_layers(layers, num_layers(model))
     heads = None
     if "Y" in classifiers:
         from .heads import load_heads

@@ -62,7 +62,7 @@ rule ppdp_matchrate:
     shell:
         "{params.env} {params.py} -m ppd_pipelined.matchrate --model {params.m} --task {wildcards.task}"
         " --prompts {input.prompts} --layers {params.layers} --classifiers {params.cls} --heads {input.heads}"
-        " --method greedy --n {params.t.n} --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.mpt}"
+        " --method greedy --n {params.t.n} --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.mpt} --truncate last"
         " --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
         " --profile {params.p.name} --out {output} > {log} 2>&1"
 
@@ -82,7 +82,7 @@ rule ppdp_sampling:
         "{params.env} {params.py} -m ppd_pipelined.matchrate --model {params.s.model} --task {wildcards.task}"
         " --prompts {input.prompts} --layers {params.layers} --classifiers N --method {wildcards.method}"
         " --top-k {params.s.top_k} --top-p {params.s.top_p} --seed {params.s.seed} --n {params.s.n}"
-        " --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.mpt}"
+        " --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.mpt} --truncate last"
         " --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
         " --profile {params.p.name} --out {output} > {log} 2>&1"
 
@@ -103,6 +103,6 @@ rule ppdp_bench:
     shell:
         "{params.env} {params.py} -m common.bench --model {params.t3.model} --decoders {params.decoders}"
         " --prompts {input.prompts} --n {params.t3.n} --max-new-tokens {params.t3.max_new_tokens}"
-        " --max-prompt-tokens {params.mpt} --dtype {params.p.dtype} --device {params.p.device}"
+        " --max-prompt-tokens {params.mpt} --truncate last --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
         " --out {output} > {log} 2>&1"

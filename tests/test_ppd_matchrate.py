@@ -98,7 +98,7 @@ def test_config_dataclass_validation():
             _cfg(**kw)
     with pytest.raises(UserError, match=r"top_p=1.5 is out of range; valid: \[0, 1\]"):
         SamplingConfig(model="m", top_p=1.5)
-    with pytest.raises(UserError, match="heads.lr"):
+    with pytest.raises(UserError, match=r"lr=0.0 is out of range; valid: > 0"):
         HeadsConfig(lr=0.0)
     with pytest.raises(UserError, match="unknown task"):
         TaskConfig("xsum", "mt-bench", "plain", 1, 1)
