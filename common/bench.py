@@ -23,7 +23,7 @@ from .checks import ArgumentParser, check_device, check_out_path, check_positive
 from .data import load_dataset_samples
 from .decoders import DECODERS, decoder_class, get_decoder
 from .errors import UserError, check_range, cli_main, unknown
-from .hardware import PeakMemory, describe
+from .hardware import PeakMemory, code_version, describe
 from .models import load_model
 from .prompts import TRUNCATE, fit_prompt
 from .records import JsonlWriter
@@ -187,6 +187,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
         d.generate(prompts[0][0], min(8, args.max_new_tokens))
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
+            "code_version": code_version(),
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
     records = []
     with JsonlWriter(args.out) as out:

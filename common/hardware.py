@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import platform
 import threading
+from pathlib import Path
 
 import torch
 
@@ -26,6 +27,24 @@ try:
     _PAGE = os.sysconf("SC_PAGE_SIZE")
 except (ValueError, OSError, AttributeError):  # not a POSIX system: psutil is used instead
     _PAGE = 4096
+
+
+def code_version() -> str:
+    """The commit of this repository that produced a record, ``+dirty`` when tracked code
+    files (anything outside ``results/``) differ from it; ``unknown`` outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
+                               cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return rev.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def _rss() -> int:

@@ -43,7 +43,7 @@ def summarize(records: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
 def provenance(records: list[dict]) -> dict:
     """Model, data, profile and hardware named by the records (each must be unique)."""
     df = pd.DataFrame(records)
-    keys = ["model", "dataset", "profile", "device", "dtype", "max_new_tokens"]
+    keys = ["model", "dataset", "profile", "device", "dtype", "max_new_tokens", "code_version"]
     return {k: ", ".join(sorted(map(str, df[k].unique()))) for k in keys if k in df}
 
 

@@ -54,3 +54,14 @@ def test_rss_reads_this_process():
 def test_describe_names_the_cpu_and_torch():
     d = describe("cpu")
     assert d.startswith("cpu: ") and torch.__version__ in d
+
+
+def test_code_version_names_the_commit():
+    import re
+    import subprocess
+
+    from common.hardware import code_version
+
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    v = code_version()
+    assert re.fullmatch(r"[0-9a-f]{12}(\+dirty)?", v) and v.startswith(head)
