@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from .errors import UserError, cli_main
-from .hardware import describe
+from .hardware import code_version, describe
 from .records import JsonlWriter
 from .target import make_target
 from .tree import build_tree, chain_paths
@@ -112,7 +112,7 @@ def main(argv=None) -> None:
     if limit is not None and a.context + max(qs) > limit:
         raise UserError(f"--context {a.context} + q {max(qs)} exceeds the model's {limit} positions")
     meta = {"model": a.model, "device": describe(a.device), "dtype": a.dtype, "profile": a.profile,
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "code_version": code_version()}
     rows = cost_curve(model, qs, a.context, a.rounds)
     with JsonlWriter(a.out) as w:
         for row in rows:

@@ -16,3 +16,20 @@ rule bench_cross:
         " --max-prompt-tokens {params.c.max_prompt_tokens} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
         " --out {output} > {log} 2>&1"
+
+
+# The verification forward's cost T(q) on this machine (common.cost): the hardware curve a
+# hardware-aware tree size and the limit column compare against.
+rule cost_curve:
+    input: model_files()
+    output: f"{ROOT}/cross/raw/cost_curve.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/cost_curve.log"
+    benchmark: f"{BENCH}/cost_curve.tsv"
+    threads: workflow.cores  # a timing rule never shares the machine
+    params:
+        env=ENV, py=PY, p=P, c=P.raw["cost"], q=",".join(map(str, P.raw["cost"]["q"])),
+    shell:
+        "{params.env} {params.py} -m common.cost --model {params.p.model} --q {params.q}"
+        " --context {params.c[context]} --rounds {params.c[rounds]} --device {params.p.device}"
+        " --dtype {params.p.dtype} --threads {params.p.threads} --profile {params.p.name} --out {output} > {log} 2>&1"

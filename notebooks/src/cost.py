@@ -1,0 +1,70 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # The verification forward's cost curve
+# One forward of q new tokens after a fixed context, run the way tree decoders verify
+# (`common.target.Target.verify`: a chain mask and explicit positions), timed on the machine at
+# hand by `python -m common.cost` (warm-up rounds, then every q once per round, interleaved,
+# medians). `ratio` = T(q) / T(1): what verifying q candidates costs in single-token steps. A
+# decoder that accepts tau tokens per step at a step cost of T(step) can reach at most
+# tau * T(1) / T(step) times vanilla's speed, and prompt decoding sizes its tree by
+# maximizing tau(n) / T(n). This curve is the project's own measurement: no paper reports it
+# for this model and machine, so no paper numbers stand beside it.
+
+# %%
+import dataclasses
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from common.config import Staged, artifact_inputs, check_inputs, load_profile
+from common.records import read_jsonl
+from common.report import write_table
+
+base = Path(results_root) / package
+if inputs is None:  # run by hand: the same list the rule declares, for this results root
+    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
+inputs = check_inputs(inputs)
+records = read_jsonl(inputs[0])
+df = pd.DataFrame(records).sort_values("q")
+meta = {"artifact": artifact_id, "model": ", ".join(sorted(df.model.unique())),
+        "data": f"random token ids, a {int(df.context.iloc[0])}-token context (cost does not depend on the text)",
+        "profile": ", ".join(sorted(df.profile.unique())), "hardware": ", ".join(sorted(df.device.unique())),
+        "dtype": ", ".join(sorted(df.dtype.unique())), "rounds": int(df.rounds.iloc[0]),
+        "code_version": ", ".join(sorted(df.get("code_version", pd.Series(["unknown"])).astype(str).unique())),
+        "sources": str(inputs[0])}
+staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+meta
+
+# %% md
+# Where the curve leaves the flat, memory-bound regime (reading the weights once serves every
+# q there): the largest q whose forward still costs at most 1.5 single-token steps.
+
+# %%
+flat = df[df.ratio <= 1.5]
+print(f"T(q) <= 1.5 T(1) up to q = {int(flat.q.max()) if len(flat) else 'none'}; "
+      f"T(2)/T(1) = {df.set_index('q').ratio.get(2, float('nan')):.2f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.plot(df.q, df.ratio, marker="o")
+ax.fill_between(df.q, df.ms_q1 / df.ms[df.q == 1].iloc[0], df.ms_q3 / df.ms[df.q == 1].iloc[0], alpha=0.2,
+                label="interquartile range")
+ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("q (new tokens in one verification forward)")
+ax.set_ylabel("T(q) / T(1)")
+ax.set_title(f"{meta['model']}, {meta['profile']}, {meta['dtype']}\n{meta['hardware']}", fontsize=8)
+ax.legend(fontsize=7)
+fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+write_table(df[["q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id, staged.dir("tables"), meta)
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %%
+for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
+    print("wrote", f)
