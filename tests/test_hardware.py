@@ -1,7 +1,11 @@
 """Peak memory of a block: sees an allocation made and freed inside it, and resets between blocks.
 
 Deterministic: the test holds its allocation until the sampler has provably read the resident
-set after the allocation was touched (two more samples), so no timing can make it miss."""
+set after the allocation was touched (two more samples), so no timing can make it miss. The
+allocations are anonymous memory maps, touched page by page and unmapped on release: a freed
+torch tensor may stay resident in the allocator's heap (seen on a CI machine), and a later one
+may reuse resident pages, so neither would move the resident set reliably."""
+import mmap
 import time
 
 import torch
@@ -25,22 +29,30 @@ def _hold_until_sampled(mem: PeakMemory, deadline_s: float = 60.0) -> None:
         time.sleep(0.0005)
 
 
+def _resident(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of fresh anonymous memory, every page written (resident until ``close``)."""
+    m = mmap.mmap(-1, nbytes)
+    for i in range(0, nbytes, mmap.PAGESIZE):
+        m[i] = 1
+    return m
+
+
 def test_peak_memory_sees_a_freed_allocation_and_resets():
     with PeakMemory("cpu") as big:
-        x = torch.ones(200 * MIB // 4)  # 200 MiB, touched (ones writes every page)
+        x = _resident(200 * MIB)
         _hold_until_sampled(big)
-        del x
+        x.close()
     with PeakMemory("cpu") as small:
-        y = torch.ones(16)
-        del y
+        y = _resident(MIB)
+        y.close()
     assert big.peak - small.peak > 150 * MIB, (big.peak, small.peak)
 
 
 def test_an_allocation_alive_at_exit_is_counted_without_waiting():
     with PeakMemory("cpu", interval=3600) as mem:  # the thread never samples: entry and exit only
-        x = torch.ones(100 * MIB // 4)
+        x = _resident(100 * MIB)
     before = hardware._rss()
-    del x
+    x.close()
     assert mem.samples == 2 and mem.peak >= before - 8 * MIB
     assert mem.peak - hardware._rss() > 80 * MIB
 
