@@ -143,13 +143,14 @@ class Verified:
     """What one verification forward returns.
 
     Attributes:
-        hidden: ``[n, H]`` final normed states of the tree nodes (the LM head's input).
+        hidden: ``[n, H]`` final normed states of the tree nodes (the LM head's input); None
+            where a target does not gather them (encoder-decoders).
         extra_hidden: ``[E, H]`` final normed states of every injected position, in order
             (empty when there are none).
         captured: ``{layer: [q_l, H]}`` input of each requested layer at every position
             present there (nodes first), for proposers that read intermediate states.
     """
-    hidden: torch.Tensor
+    hidden: torch.Tensor | None
     extra_hidden: torch.Tensor
     captured: dict
 

@@ -85,8 +85,13 @@ class Target:
         return logits[-1], hidden
 
     def sync(self, tokens: Sequence[int]) -> torch.Tensor:
-        """Feed whatever of ``prompt ++ tokens`` the cache lacks; ``[V]`` logits of the last."""
-        new = self.sequence(tokens)[:, self.length:]
+        """Feed whatever of the sequence holding ``tokens`` the cache lacks; ``[V]`` logits of
+        the last position. Only the missing tail is built (no copy of the whole sequence)."""
+        n, before = self.length, self.sequence([]).shape[1]  # cached, and positions before the new tokens
+        if n < before:
+            new = self.sequence(tokens)[:, n:]
+        else:
+            new = torch.as_tensor([list(tokens[n - before:])], dtype=torch.long, device=self.prompt.device)
         return self._timed(self._forward, new, 1, False)[0][-1]
 
     def extend(self, ids: torch.Tensor, keep: int = 1, want_hidden: bool = False):
@@ -185,5 +190,7 @@ class Seq2SeqTarget(Target):
         if not tree.is_chain:
             raise UserError(f"an encoder-decoder target verifies chains only (T5's relative position bias "
                             f"gives tree nodes no depth); got a {tree.size}-node tree with branches")
-        logits, hidden = self._forward(tree_tokens[None], keep=tree_tokens.numel(), want_hidden=True)
-        return logits, Verified(hidden[0], hidden.new_zeros(0, hidden.shape[-1]), {})
+        # Proposers that read target states (Medusa heads) serve causal LMs only: no hidden
+        # states are gathered here.
+        logits, _ = self._forward(tree_tokens[None], keep=tree_tokens.numel(), want_hidden=False)
+        return logits, Verified(None, logits.new_zeros(0, 0), {})

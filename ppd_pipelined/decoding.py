@@ -64,10 +64,8 @@ BACKENDS = ("gloo", "serial")
 
 
 def check_model(model) -> None:
-    """Raise UserError unless ``model`` is a LLaMA-style decoder-only causal LM."""
-    cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "is_encoder_decoder", False):
-        raise UserError(f"ppd_pipelined needs a decoder-only causal LM; got {type(model).__name__}")
+    """Raise UserError unless ``model`` is LLaMA-style (the base class has already refused an
+    encoder-decoder: this decoder declares causal models only)."""
     inner = getattr(model, "model", None)
     missing = [a for a in ("layers", "embed_tokens", "norm", "rotary_emb") if not hasattr(inner, a)]
     missing += [] if hasattr(model, "lm_head") else ["lm_head"]

@@ -1,5 +1,4 @@
 """The cost-curve tool: records per q, ratios to q=1, bad input as one error line."""
-import json
 import subprocess
 import sys
 
