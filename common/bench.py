@@ -53,6 +53,9 @@ def parse_args(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--stock", action="store_true",
+                    help="run transformers' stock forward path instead of common.fast's (the strong "
+                         "default every decoder shares); for before/after comparisons")
     ap.add_argument("--profile", default="adhoc", help="recorded in every record")
     ap.add_argument("--out", type=Path, required=True)
     return ap.parse_args(argv)
@@ -137,7 +140,7 @@ def run(args) -> list[dict]:
     if not samples:
         raise UserError(f"{dataset} has no prompts; valid: a dataset or --prompts file with at least one")
     torch.manual_seed(0)
-    model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
+    model, tok = load_model(args.model, dtype=args.dtype, device=args.device, fast=not args.stock)
     prompts = encode_prompts(args, samples, model, tok)
     decoders = {}
     try:
@@ -187,7 +190,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
         d.generate(prompts[0][0], min(8, args.max_new_tokens))
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
-            "code_version": code_version(),
+            "code_version": code_version(), "forward_path": "stock" if args.stock else "fast",
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
     records = []
     with JsonlWriter(args.out) as out:

@@ -39,38 +39,47 @@ def cost_curve(model, qs: list[int], context: int = 300, rounds: int = 25, warmu
     """Median ms of one verification forward per ``q`` (see the module docstring).
 
     Args:
+        model: a model, or ``{label: model}`` to measure several forward paths interleaved
+            (same prompt and tokens; each label's ratios are to its own ``T(1)``).
         qs: new-token counts (``1`` is added when missing: ratios are to ``T(1)``).
         context: cached tokens before the verified ones.
     Returns:
-        one dict per ``q`` (sorted): ``q, ms, ms_q1, ms_q3, ratio, rounds, context``.
+        one dict per label and ``q`` (sorted): ``q, ms, ms_q1, ms_q3, ratio, rounds, context``
+        (and ``forward_path``: the label, when a mapping was given).
     """
+    models = model if isinstance(model, dict) else {None: model}
     qs = sorted({1, *qs})
     g = torch.Generator(device="cpu").manual_seed(seed)
-    vocab, dev = model.config.vocab_size, model.device
+    first = next(iter(models.values()))
+    vocab, dev = first.config.vocab_size, first.device
     prompt = torch.randint(3, vocab, (1, context), generator=g).to(dev)
-    target = make_target(model)
-    target.start(prompt)
+    targets = {label: make_target(m) for label, m in models.items()}
+    for target in targets.values():
+        target.start(prompt)
     trees = {q: build_tree(chain_paths(q - 1)).to(dev) for q in qs}
     tokens = {q: torch.randint(3, vocab, (q,), generator=g).to(dev) for q in qs}
-    times: dict[int, list[float]] = {q: [] for q in qs}
+    times = {(label, q): [] for label in models for q in qs}
     for r in tqdm(range(warmup + rounds), desc="cost curve", unit="round"):
-        for q in qs:
-            _sync(dev)
-            t0 = time.perf_counter()
-            logits, _ = target.verify(tokens[q], trees[q])
-            int(logits[-1].argmax())  # what a decoder reads: forces the result
-            _sync(dev)
-            dt = time.perf_counter() - t0
-            target.crop(context)
-            if r >= warmup:
-                times[q].append(dt * 1e3)
-    base = statistics.median(times[1])
+        for label, target in targets.items():
+            for q in qs:
+                _sync(dev)
+                t0 = time.perf_counter()
+                logits, _ = target.verify(tokens[q], trees[q])
+                int(logits[-1].argmax())  # what a decoder reads: forces the result
+                _sync(dev)
+                dt = time.perf_counter() - t0
+                target.crop(context)
+                if r >= warmup:
+                    times[label, q].append(dt * 1e3)
     out = []
-    for q in qs:
-        qu = statistics.quantiles(times[q], n=4)
-        med = statistics.median(times[q])
-        out.append({"q": q, "ms": med, "ms_q1": qu[0], "ms_q3": qu[2], "ratio": med / base,
-                    "rounds": rounds, "context": context})
+    for label in models:
+        base = statistics.median(times[label, 1])
+        for q in qs:
+            qu = statistics.quantiles(times[label, q], n=4)
+            med = statistics.median(times[label, q])
+            row = {"q": q, "ms": med, "ms_q1": qu[0], "ms_q3": qu[2], "ratio": med / base,
+                   "rounds": rounds, "context": context}
+            out.append(row if label is None else {**row, "forward_path": label})
     return out
 
 
@@ -95,6 +104,9 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--paths", default="fast",
+                    help="forward paths to measure, interleaved: fast (common.fast, what decoders run), "
+                         "stock (transformers' own modules, attention and cache), or fast,stock")
     ap.add_argument("--profile", default="adhoc", help="recorded in every record")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
@@ -107,18 +119,23 @@ def main(argv=None) -> None:
         if a.threads < 1:
             raise UserError(f"--threads={a.threads} is out of range; valid: >= 1")
         torch.set_num_threads(a.threads)
-    model, _ = load_model(a.model, dtype=a.dtype, device=a.device)
+    paths = [x.strip() for x in a.paths.split(",") if x.strip()]
+    if not paths or set(paths) - {"fast", "stock"} or len(set(paths)) != len(paths):
+        raise UserError(f"--paths {a.paths!r} is invalid; valid: fast, stock or fast,stock")
+    model, _ = load_model(a.model, dtype=a.dtype, device=a.device, fast="fast" in paths)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and a.context + max(qs) > limit:
         raise UserError(f"--context {a.context} + q {max(qs)} exceeds the model's {limit} positions")
     meta = {"model": a.model, "device": describe(a.device), "dtype": a.dtype, "profile": a.profile,
             "threads": torch.get_num_threads(), "code_version": code_version()}
-    rows = cost_curve(model, qs, a.context, a.rounds)
+    from .fast import stock_copy
+    models = {p: (model if p == "fast" or "fast" not in paths else stock_copy(model)) for p in paths}
+    rows = cost_curve(models, qs, a.context, a.rounds)
     with JsonlWriter(a.out) as w:
         for row in rows:
             w.write({**row, **meta})
     for row in rows:
-        print(f"q={row['q']:>3}  {row['ms']:8.2f} ms  x{row['ratio']:.2f}")
+        print(f"{row['forward_path']:>5} q={row['q']:>3}  {row['ms']:8.2f} ms  x{row['ratio']:.2f}")
 
 
 if __name__ == "__main__":

@@ -137,12 +137,15 @@ def resolve(name: str) -> str:
     raise unknown("model", name, list(MODELS) + ["<hub org/name>", "<local folder>"])
 
 
-def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str = "sdpa"):
+def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str = "sdpa", fast: bool = False):
     """Load ``(model, tokenizer)`` in eval mode.
 
     Args:
         name: registry name, hub id or local folder.
         dtype: one of ``DTYPES``; fp32 is needed for bit-exact greedy equivalence.
+        fast: switch a causal LM onto the fast inference path (:func:`common.fast.accelerate`:
+            prepacked linears, GQA attention without KV copies, a preallocated cache). What
+            decoding benchmarks run; training loads the stock model.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -159,7 +162,11 @@ def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str
             raise UserError(f"model {name!r} ({src}) is not available offline; it needs the hub "
                             f"(paper profile, HF_HUB_OFFLINE=0); embedded: {', '.join(embedded_models())}") from e
         raise UserError(f"model {name!r} ({src}) could not be loaded: {e}".splitlines()[0]) from e
-    return model.to(device).eval(), tok
+    model = model.to(device).eval()
+    if fast:
+        from .fast import accelerate
+        accelerate(model)
+    return model, tok
 
 
 def tiny_llama(seed: int = 0, layers: int = 4, vocab: int = 96, hidden: int = 64, heads: int = 4,

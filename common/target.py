@@ -27,6 +27,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 from .cache import accept_path, crop_to, seq_length
 from .errors import UserError
+from .fast import new_cache
 from .forward import Injection, Verified, verify_forward
 from .tree import TreeBuffers
 
@@ -137,7 +138,7 @@ class CausalTarget(Target):
 
     def begin(self, prompt):
         self.prompt = prompt
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model)
 
     def sequence(self, tokens):
         if not len(tokens):

@@ -44,9 +44,8 @@ import weakref
 import torch
 import torch.distributed as dist
 from torch import nn
-from transformers import DynamicCache
-
 from common.cache import append_kv, crop_to, gather_kv
+from common.fast import accelerate, new_cache  # importing it registers the fast path's attention
 from common.errors import exit_on_sigterm
 from common.forward import embed, logits_from_hidden, run_layers
 
@@ -92,7 +91,7 @@ class SubWorker:
             cand = cands[self.index]
         n = kv.shape[3]
         if start == 0 or self.cache is None:
-            self.cache = DynamicCache(config=self.model.config)
+            self.cache = new_cache(self.model)
         else:
             crop_to(self.cache, start)  # no-op normally; drops anything the main did not commit
         append_kv(self.cache, kv, self.model.dtype)
@@ -174,16 +173,17 @@ def model_recipe(model) -> tuple:
 
     The module itself is not pickled: forward hooks (transformers installs closures on every
     layer after one ``output_hidden_states=True`` call) and other attributes may not pickle.
-    Returns ``(class, config, {name: parameter or buffer})``, non-persistent buffers included.
+    Returns ``(class, config, {name: parameter or buffer}, fast)``, non-persistent buffers included;
+    ``fast``: the model runs :mod:`common.fast`'s path (each worker packs its own weights).
     """
     tensors = dict(model.named_parameters(remove_duplicate=False))
     tensors.update(model.named_buffers(remove_duplicate=False))
-    return type(model), model.config, tensors
+    return type(model), model.config, tensors, bool(getattr(model, "_fast_path", False))
 
 
 def rebuild_model(recipe) -> nn.Module:
     """Inverse of :func:`model_recipe`: a skeleton on the meta device, then the shared tensors."""
-    cls, config, tensors = recipe
+    cls, config, tensors, fast = recipe
     with torch.device("meta"):
         model = cls(config)  # no memory and no init cost: every tensor is replaced below
     for name, t in tensors.items():
@@ -193,6 +193,8 @@ def rebuild_model(recipe) -> nn.Module:
             mod._parameters[attr] = t if isinstance(t, nn.Parameter) else nn.Parameter(t, requires_grad=False)
         else:
             mod._buffers[attr] = t
+    if fast:  # the fast path's packed weights are per process (oneDNN layouts do not share)
+        accelerate(model)
     return model.eval()
 
 

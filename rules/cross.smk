@@ -29,7 +29,8 @@ rule cost_curve:
     threads: workflow.cores  # a timing rule never shares the machine
     params:
         env=ENV, py=PY, p=P, c=P.raw["cost"], q=",".join(map(str, P.raw["cost"]["q"])),
+        paths=",".join(P.raw["cost"].get("paths", ["fast", "stock"])),
     shell:
         "{params.env} {params.py} -m common.cost --model {params.p.model} --q {params.q}"
-        " --context {params.c[context]} --rounds {params.c[rounds]} --device {params.p.device}"
+        " --context {params.c[context]} --rounds {params.c[rounds]} --paths {params.paths} --device {params.p.device}"
         " --dtype {params.p.dtype} --threads {params.p.threads} --profile {params.p.name} --out {output} > {log} 2>&1"

@@ -25,11 +25,12 @@ def chaotic_llama():
 
 @pytest.fixture(scope="session")
 def embedded():
-    """(model, tokenizer) of the embedded model; converts the GGUF once if needed (~40 s)."""
+    """(model, tokenizer) of the embedded model on the fast path (what benchmarks run, so what
+    the lossless tests check); converts the GGUF once if needed (~40 s)."""
     torch.set_num_threads(2)
     if not (checkpoint_dir(EMBEDDED) / "model.safetensors").is_file():
         convert_embedded(EMBEDDED)
-    return load_model(EMBEDDED)
+    return load_model(EMBEDDED, fast=True)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from common.decoders import DECODERS, decoder_class, get_decoder
 from common.decoders.speculative import perturbed_copy
 from common.decoders.tree_loop import Proposal, Proposer, TreeDecoder, candidates_from_topk
 from common.errors import UserError
+from common.fast import accelerate
 from common.forward import Injection, embed, num_layers
 from common.models import tiny_t5
 from common.target import make_target
@@ -20,7 +21,8 @@ from common.tree import build_tree
 PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 77, 3, 3, 3, 12, 60, 61]]
 LOSSLESS = sorted(n for n in DECODERS if decoder_class(n).lossless)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
+# "cpu-fast": the same model on common.fast's path (packed linears, folded GQA attention, growing cache)
+DEVICES = ["cpu", "cpu-fast", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
 
 
 def _vanilla(model, ids, n=30):
@@ -33,7 +35,12 @@ def target_on(chaotic_llama):
 
     def on(device):
         if device not in cache:
-            cache[device] = chaotic_llama if device == "cpu" else perturbed_copy(chaotic_llama, 0.0).to(device)
+            if device == "cpu":
+                cache[device] = chaotic_llama
+            elif device == "cpu-fast":
+                cache[device] = accelerate(perturbed_copy(chaotic_llama, 0.0))
+            else:
+                cache[device] = perturbed_copy(chaotic_llama, 0.0).to(device)
         return cache[device]
     return on
 
@@ -56,7 +63,7 @@ def test_every_lossless_decoder_equals_vanilla(name, device, target_on, tmp_path
     model = target_on(device)
     for cfg in decoder_class(name).test_configs(model, tmp_path):
         for prompt in PROMPTS:
-            ids = torch.tensor([prompt], device=device)
+            ids = torch.tensor([prompt], device=model.device)
             ref = _vanilla(model, ids)
             with torch.device("meta"):
                 dec = get_decoder(name, model, **cfg)

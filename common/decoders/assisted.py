@@ -24,7 +24,7 @@ class HFAssisted(HFGenerate):
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft": Option(None, (str, Path, torch.nn.Module))}
+        return {**super().options(), "draft": Option(None, (str, Path, torch.nn.Module))}
 
     @classmethod
     def test_configs(cls, model, workdir):

@@ -44,6 +44,18 @@ class HFGenerate(Decoder):
     lossless = True
     model_kinds = ("causal", "seq2seq")
 
+    @classmethod
+    def options(cls) -> dict:
+        # stock: generate() on an unmodified copy (transformers' own modules, attention and cache)
+        # rather than on the shared fast path: the "before" reference of the hardware-limit work
+        return {"stock": Option(False, (bool,))}
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        if self.cfg["stock"]:
+            from ..fast import stock_copy
+            self.model = stock_copy(model)
+
     def _kwargs(self) -> dict:
         return {}
 
@@ -68,7 +80,7 @@ class PromptLookup(HFGenerate):
 
     @classmethod
     def options(cls) -> dict:
-        return {"num_tokens": Option(10, (int,), lo=1), "max_ngram": Option(2, (int,), lo=1)}
+        return {**super().options(), "num_tokens": Option(10, (int,), lo=1), "max_ngram": Option(2, (int,), lo=1)}
 
     def _kwargs(self) -> dict:
         return {"prompt_lookup_num_tokens": self.cfg["num_tokens"],

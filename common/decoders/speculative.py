@@ -33,7 +33,9 @@ def resolve_draft(draft, target):
         raise UserError("this decoder needs a draft model; set option draft=<model name, folder or object>")
     if isinstance(draft, (str, Path)):
         dtype = {v: k for k, v in DTYPES.items()}.get(target.dtype, "float32")
-        draft, _ = load_model(str(draft), dtype=dtype, device=str(target.device))
+        # the draft runs the same forward path as the target (a fair draft cost)
+        draft, _ = load_model(str(draft), dtype=dtype, device=str(target.device),
+                              fast=bool(getattr(target, "_fast_path", False)))
     if model_kind(draft) != model_kind(target):
         raise UserError(f"the draft is a {model_kind(draft)} model but the target is {model_kind(target)}; "
                         "valid: a draft of the same kind (causal with causal, encoder-decoder with encoder-decoder)")

@@ -1,0 +1,255 @@
+"""The fast forward path every decoder runs (vanilla included): the hardware's limit, not the library's.
+
+On the 2-core CPU in fp32 a verification forward over q <= 8 tokens is bound by reading the
+weights once, yet the stock path paid ~1.5x a single step for it (``docs/transformers-notes.md``
+§8). Three causes, three fixes, each exact up to fp32 rounding and none forking model code:
+
+* **Prepacked linear layers** (:class:`PackedLinear`): MKL's small-M GEMM repacks the weight
+  matrix on every call; oneDNN keeps a packed copy made once. The dense ``weight`` stays as
+  the module's parameter (readers such as Medusa's shared head and tied embeddings see it
+  unchanged); only the forward uses the packed copy. CPU, fp32 and bf16.
+* **Grouped-query attention without KV copies under a mask** (:func:`gqa_sdpa_attention`,
+  registered as the attention implementation ``"sdpa_gqa"``): transformers expands every
+  layer's cached K/V to all query heads (``repeat_kv``) whenever a mask is passed, i.e. every
+  verification forward. Folding the query heads that share a KV head into the query-length
+  axis gives the same attention with the cache read in place.
+* **A preallocated KV cache** (:class:`GrowingLayer`, :func:`new_cache`): ``DynamicCache``
+  concatenates, reallocating every layer's whole cache each step; this layer writes new
+  entries into spare capacity (doubling when full) and crops by moving a length.
+
+:func:`accelerate` applies all three to a loaded causal LM; :func:`new_cache` is the cache the
+target adapters create (it falls back to a plain ``DynamicCache`` for models it does not know).
+On CUDA the packed linears are skipped (cuBLAS needs no repacking).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+ATTENTION = "sdpa_gqa"
+
+
+# -- prepacked linear layers -----------------------------------------------------------------
+class PackedLinear(nn.Module):
+    """``nn.Linear`` whose forward uses a oneDNN-prepacked copy of its weight (inference only).
+
+    ``weight`` / ``bias`` remain the original dense tensors (shared, not copied), so code that
+    reads them (tied embeddings, heads initialised from the LM head) is unaffected. The packed
+    copy is made once (the layout oneDNN's inductor path uses, for a batch hint of ``HINT`` rows:
+    measured on the 2-core CPU, any hint >= 2 serves 1..64 rows alike, a hint of 1 is up to
+    1.7x slower at 16 rows) and remade if the weight changes. With autograd recording, the
+    dense path runs instead.
+    """
+
+    HINT = 16
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self._packed, self._key = None, None
+        self.packed_weight()
+
+    def packed_weight(self) -> torch.Tensor:
+        """The packed copy, remade whenever the dense weight changed (an in-place edit bumps its
+        version; a copied module gets new storage), so it can never be stale."""
+        key = (self.weight.data_ptr(), self.weight._version)
+        if key != self._key:
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), self.HINT)
+            self._key = key
+        return self._packed
+
+    def __getstate__(self):  # deepcopy / pickle: oneDNN tensors have no storage to copy
+        return {**self.__dict__, "_packed": None, "_key": None}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return nn.functional.linear(x, self.weight, self.bias)  # training: the differentiable path
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1]).contiguous()
+        bias = None if self.bias is None else self.bias.detach()
+        y = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight(), bias, "none", [], "")
+        return y.view(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
+
+
+def pack_linears(module: nn.Module) -> int:
+    """Replace every ``nn.Linear`` under ``module`` by a :class:`PackedLinear`; returns the count."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if type(child) is nn.Linear:
+            setattr(module, name, PackedLinear(child))
+            count += 1
+        else:
+            count += pack_linears(child)
+    return count
+
+
+# -- grouped-query attention under a mask ----------------------------------------------------
+def gqa_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                       is_causal=None, **kwargs):
+    """SDPA for grouped-query attention that never copies the KV cache.
+
+    Args:
+        query: ``[B, H, q, d]``; key, value: ``[B, Hkv, L, d]`` with ``H = g * Hkv``.
+        attention_mask: None or ``[B|1, 1, q, L]`` additive/bool mask shared by all heads.
+    Returns:
+        ``([B, q, H, d] attention output, None)`` as transformers' attention functions do.
+
+    Query head ``h`` reads KV head ``h // g`` (``repeat_kv``'s order), so the ``g`` query heads
+    of one KV head are stacked along the query axis: ``[B, Hkv, g*q, d]`` against the cache as
+    it is, with the mask repeated ``g`` times along the query axis (``q x L``, tiny next to
+    ``L x d`` per head). Anything else (no groups, per-head masks, position bias) goes to
+    transformers' own SDPA function.
+    """
+    groups = getattr(module, "num_key_value_groups", 1)
+    B, H, q, d = query.shape
+    # no mask: a prefill (transformers' own path uses SDPA's GQA then); q == 1: packed there too
+    if (groups == 1 or q == 1 or attention_mask is None or kwargs.get("position_bias") is not None
+            or attention_mask.shape[1] != 1 or attention_mask.shape[-2] != q):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    hkv = H // groups
+    folded = query.reshape(B, hkv, groups * q, d)
+    mask = attention_mask.expand(attention_mask.shape[0], 1, q, attention_mask.shape[-1]).repeat(1, 1, groups, 1)
+    out = nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask,
+                                                     dropout_p=dropout, scale=scaling)
+    return out.reshape(B, H, q, d).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION, gqa_sdpa_attention)
+# the masks transformers builds for it are SDPA's (an unregistered name would get no mask at all)
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+# -- a preallocated KV cache ---------------------------------------------------------------
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` backed by a buffer with spare capacity.
+
+    ``keys`` / ``values`` are views ``buf[..., :n, :]``. :meth:`update` writes into the spare
+    slots (the buffer doubles when full), :meth:`crop` moves ``n``. Assigning ``keys`` /
+    ``values`` (as :mod:`common.cache`'s edits do) keeps working: a prefix view of the buffer
+    only moves ``n``, any other tensor is copied in.
+    """
+
+    MIN_SPARE = 256
+
+    def __init__(self, **kwargs):
+        self._buf = {"keys": None, "values": None}
+        self._n = {"keys": 0, "values": 0}
+        super().__init__(**kwargs)
+
+    # keys / values as views of the buffers
+    def _get(self, name):
+        buf = self._buf[name]
+        return None if buf is None else buf[..., :self._n[name], :]
+
+    def _set(self, name, t):
+        buf = self._buf[name]
+        if t is None or t.numel() == 0:
+            if t is None:
+                self._buf[name] = None
+            self._n[name] = 0
+            if t is not None and buf is None:
+                self._buf[name] = t  # an empty placeholder (lazy initialisation); grown on update
+            return
+        if (buf is not None and buf.numel() and t.data_ptr() == buf.data_ptr() and t.stride() == buf.stride()
+                and t.shape[:-2] == buf.shape[:-2]):
+            self._n[name] = t.shape[-2]  # a prefix view of the buffer (a crop): nothing to copy
+            return
+        self._reserve(name, t, t.shape[-2])
+        self._buf[name][..., :t.shape[-2], :].copy_(t)
+        self._n[name] = t.shape[-2]
+
+    keys = property(lambda self: self._get("keys"), lambda self, t: self._set("keys", t))
+    values = property(lambda self: self._get("values"), lambda self, t: self._set("values", t))
+
+    def _reserve(self, name, like: torch.Tensor, need: int) -> None:
+        buf = self._buf[name]
+        if buf is not None and buf.numel() and buf.shape[:-2] == like.shape[:-2] and buf.shape[-2] >= need:
+            return
+        cap = max(need + self.MIN_SPARE, 2 * (buf.shape[-2] if buf is not None and buf.dim() == 4 else 0))
+        new = like.new_empty(*like.shape[:-2], cap, like.shape[-1])
+        n = self._n[name]
+        if n and buf is not None and buf.shape[:-2] == like.shape[:-2]:
+            new[..., :n, :].copy_(buf[..., :n, :])
+        self._buf[name] = new
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        for name, new in (("keys", key_states), ("values", value_states)):
+            n, q = self._n[name], new.shape[-2]
+            self._reserve(name, new, n + q)
+            self._buf[name][..., n:n + q, :].copy_(new)
+            self._n[name] = n + q
+        return self.keys, self.values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("GrowingLayer.crop takes a negative count of tokens to remove")
+        if self.is_initialized and tokens_to_remove:
+            for name in self._n:
+                self._n[name] = max(0, self._n[name] + tokens_to_remove)
+
+
+def new_cache(model) -> DynamicCache:
+    """An empty cache for one sequence of ``model``: ``DynamicCache`` whose full-attention
+    layers are :class:`GrowingLayer` s when the model was :func:`accelerate` d."""
+    cache = DynamicCache(config=model.config)
+    if getattr(model, "_fast_path", False):
+        cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def stock_copy(model):
+    """An unmodified copy of ``model``: the same weights in transformers' stock modules, SDPA
+    attention and ``DynamicCache`` (what ``from_pretrained`` gives): the reference the fast
+    path is measured against. Returns ``model``'s own copy when it is not accelerated."""
+    if not getattr(model, "_fast_path", None):
+        return model
+    cfg = copy.deepcopy(model.config)
+    cfg._attn_implementation = "sdpa"
+    with torch.device(model.device):
+        stock = type(model)(cfg).to(model.dtype)
+    stock.load_state_dict(model.state_dict())
+    stock.generation_config = copy.deepcopy(model.generation_config)
+    return stock.eval()
+
+
+# -- all of it ------------------------------------------------------------------------------
+def accelerate(model, pack: bool | None = None):
+    """Switch a loaded causal LM onto the fast path, in place; returns it.
+
+    Args:
+        pack: prepack the linear layers (default: on CPU, when oneDNN is available). Decoder
+            layers and the LM head are packed; embeddings and norms are untouched.
+    Returns:
+        ``model``, with ``model._fast_path = {"packed": n linears, "attention": "sdpa_gqa",
+        "cache": "growing"}``. Encoder-decoders are returned unchanged.
+    """
+    if getattr(model.config, "is_encoder_decoder", False) or getattr(model, "_fast_path", None):
+        return model
+    if pack is None:
+        pack = model.device.type == "cpu" and torch.backends.mkldnn.is_available() \
+            and model.dtype in (torch.float32, torch.bfloat16)
+    packed = 0
+    if pack:
+        inner = getattr(model, "model", model)
+        packed = pack_linears(inner)
+        head = getattr(model, "lm_head", None)
+        if type(head) is nn.Linear:
+            model.lm_head = PackedLinear(head)
+            packed += 1
+    if getattr(model.config, "_attn_implementation", None) in ("sdpa", None):
+        model.set_attn_implementation(ATTENTION)
+    model._fast_path = {"packed": packed, "attention": model.config._attn_implementation, "cache": "growing"}
+    return model

@@ -1,0 +1,132 @@
+"""common.fast: each piece of the fast forward path gives the stock path's numbers (to fp32
+rounding), the preallocated cache really avoids reallocation and survives every cache edit,
+and the packed weights can never go stale."""
+import copy
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from common.cache import accept_path, crop_to, keep_positions, seq_length
+from common.decoders.speculative import perturbed_copy
+from common.fast import ATTENTION, GrowingLayer, PackedLinear, accelerate, new_cache, stock_copy
+from common.target import make_target
+from common.tree import build_tree
+
+PATHS = [[1], [1, 2], [1, 2, 3], [4], [4, 5], [6]]  # a 7-node tree with branches
+
+
+@pytest.fixture(scope="module")
+def pair(chaotic_llama):
+    """(stock model, the same weights accelerated)."""
+    return chaotic_llama, accelerate(perturbed_copy(chaotic_llama, 0.0))
+
+
+def test_accelerate_switches_every_piece(pair):
+    stock, fast = pair
+    assert fast._fast_path["packed"] == 4 * 7 + 1  # q k v o gate up down per layer, and the head
+    assert fast.config._attn_implementation == ATTENTION
+    assert all(isinstance(layer, GrowingLayer) for layer in new_cache(fast).layers)
+    assert not any(isinstance(layer, GrowingLayer) for layer in new_cache(stock).layers)
+    # the dense weights stay parameters: readers (tied embeddings, shared heads) see them unchanged
+    assert fast.lm_head.weight is fast.model.embed_tokens.weight
+
+
+def test_packed_linear_matches_and_never_goes_stale():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 48)
+    packed = PackedLinear(lin)
+    x = torch.randn(5, 32)
+    with torch.inference_mode():
+        assert torch.allclose(packed(x), lin(x), atol=1e-5)
+        assert torch.allclose(packed(x[None]), lin(x[None]), atol=1e-5)  # any leading shape
+    with torch.no_grad():
+        lin.weight.mul_(2.0)  # an in-place edit of the shared weight
+    with torch.inference_mode():
+        assert torch.allclose(packed(x), lin(x), atol=1e-5)
+    twin = copy.deepcopy(packed)  # oneDNN tensors do not copy: the twin repacks its own weight
+    with torch.no_grad():
+        twin.weight.add_(1.0)
+        assert torch.allclose(twin(x), x @ twin.weight.T + twin.bias, atol=1e-4)
+        assert torch.allclose(packed(x), lin(x), atol=1e-5)
+
+
+def test_packed_linear_trains_through_the_dense_path():
+    lin = torch.nn.Linear(8, 4)
+    packed = PackedLinear(lin)
+    x = torch.randn(3, 8, requires_grad=True)
+    packed(x).sum().backward()
+    assert x.grad is not None and lin.weight.grad is not None
+
+
+def _verify(model, tree, tokens, past):
+    target = make_target(model)
+    target.start(past)
+    logits, _ = target.verify(tokens, tree)
+    return logits, target
+
+
+def test_tree_verification_matches_the_stock_path(pair):
+    """Folded GQA attention under a tree mask (the case transformers answers with repeat_kv)."""
+    stock, fast = pair
+    tree = build_tree(PATHS)
+    g = torch.Generator().manual_seed(1)
+    past = torch.randint(3, 96, (1, 37), generator=g)
+    tokens = torch.randint(3, 96, (tree.size,), generator=g)
+    with torch.inference_mode():
+        ref, _ = _verify(stock, tree, tokens, past)
+        got, _ = _verify(fast, tree, tokens, past)
+    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+def test_chunked_prefill_after_a_cache_matches(pair):
+    """model(...) over several tokens after a cache: transformers builds the mask the folded
+    attention needs (an unregistered mask function would silently give no mask)."""
+    stock, fast = pair
+    ids = torch.randint(3, 96, (1, 20), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ref = stock(ids).logits[0, -6:]
+        cache = new_cache(fast)
+        fast(ids[:, :14], past_key_values=cache, use_cache=True)
+        got = fast(ids[:, 14:], past_key_values=cache, use_cache=True).logits[0]
+    assert torch.allclose(got, ref, atol=1e-4)
+
+
+def test_growing_cache_writes_in_place_and_survives_every_edit():
+    torch.manual_seed(0)
+    grow, plain = DynamicCache(), DynamicCache()
+    grow.layers = [GrowingLayer()]
+    plain.layers = plain.layers[:1] if plain.layers else []
+
+    def step(n):
+        k, v = torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)
+        a = grow.update(k, v, 0)
+        b = plain.update(k.clone(), v.clone(), 0)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+    step(30)
+    base = grow.layers[0].keys.data_ptr()
+    for n in (1, 1, 5):
+        step(n)
+    assert grow.layers[0].keys.data_ptr() == base  # appended into spare capacity: no reallocation
+    crop_to(grow, 33), crop_to(plain, 33)
+    step(4)
+    accept_path(grow, 33, torch.tensor([0, 2, 3])), accept_path(plain, 33, torch.tensor([0, 2, 3]))
+    keep = torch.tensor([*range(20), 30, 31, 34])
+    keep_positions(grow, keep), keep_positions(plain, keep)
+    step(300)  # beyond the capacity: the buffer grows, contents kept
+    assert seq_length(grow) == seq_length(plain) == 323
+    assert torch.equal(grow.layers[0].keys, plain.layers[0].keys)
+    assert torch.equal(grow.layers[0].values, plain.layers[0].values)
+
+
+def test_stock_copy_is_unmodified(pair):
+    stock, fast = pair
+    ref = stock_copy(fast)
+    assert not getattr(ref, "_fast_path", None) and ref.config._attn_implementation == "sdpa"
+    assert not any(isinstance(m, PackedLinear) for m in ref.modules())
+    assert fast.config._attn_implementation == ATTENTION  # the original keeps its path
+    ids = torch.tensor([[1, 5, 9, 33, 7]])
+    with torch.inference_mode():
+        assert torch.allclose(ref(ids).logits, stock(ids).logits, atol=1e-6)
