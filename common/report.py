@@ -40,6 +40,59 @@ def summarize(records: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
     return out
 
 
+def cost_of(curve: list[dict], forward_path: str = "fast"):
+    """``q -> T(q) / T(1)`` from :mod:`common.cost` records of one forward path: linear in
+    ``q`` between measured points (beyond the last, along the last segment)."""
+    pts = sorted((int(r["q"]), float(r["ms"])) for r in curve if r.get("forward_path", "stock") == forward_path)
+    if not pts or pts[0][0] != 1:
+        raise ValueError(f"the cost curve has no q=1 record for forward path {forward_path!r}")
+    t1 = pts[0][1]
+
+    def ratio(q: float) -> float:
+        if len(pts) == 1:
+            return 1.0
+        for (qa, ta), (qb, tb) in zip(pts, pts[1:]):
+            if q <= qb or (qb, tb) == pts[-1]:
+                return (ta + (q - qa) * (tb - ta) / (qb - qa)) / t1
+        raise AssertionError
+    return ratio
+
+
+def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
+    """The hardware limit of each tree-verified decoder, beside what it reached.
+
+    ``step_cost`` is the mean over its verification steps (the prefill excluded) of
+    ``T(q) / T(1)`` on the machine's cost curve, ``q`` being the step's verified positions
+    (proposed tokens + the root); ``limit = tau * T(1) / T(step)`` with ``tau`` its mean accepted
+    length: the speedup it would reach if a step cost only its verification forward. ``pct_of_limit``
+    = measured speedup / limit: below 100% is the price of proposing (drafts, heads) and of
+    everything around the forward. Decoders that record no per-step proposals (``vanilla``:
+    limit 1; transformers' own, pipelined workers) get blanks.
+    """
+    df = pd.DataFrame(records)
+    paths = set(df.get("forward_path", pd.Series(["stock"])).fillna("stock"))
+    if len(paths) != 1:
+        raise ValueError(f"records of several forward paths ({sorted(paths)}) cannot share one cost curve")
+    ratio = cost_of(curve, paths.pop())
+    summary = summarize(records, baseline).set_index("decoder")
+    rows = []
+    for name, g in df.groupby("decoder", sort=False):
+        proposed = [r.get("proposed") for r in g.extra] if "extra" in g else [None]
+        if name == baseline:
+            cost = 1.0
+        elif all(p is not None for p in proposed):
+            qs = [n + 1 for p in proposed for n in p[1:]]  # p[0] is the prefill
+            cost = sum(map(ratio, qs)) / len(qs) if qs else float("nan")
+        else:
+            rows.append({"decoder": name, "step_cost": None, "limit": None, "pct_of_limit": None})
+            continue
+        tau = summary.loc[name, "mean_accepted_length"]
+        limit = tau / cost
+        rows.append({"decoder": name, "step_cost": cost, "limit": limit,
+                     "pct_of_limit": 100 * summary.loc[name, "speedup"] / limit})
+    return pd.DataFrame(rows)
+
+
 def provenance(records: list[dict]) -> dict:
     """Model, data, profile and hardware named by the records (each must be unique)."""
     df = pd.DataFrame(records)

@@ -1,4 +1,5 @@
-"""The cost-curve tool: records per q, ratios to q=1, bad input as one error line."""
+"""The cost-curve tool: records per q, ratios to q=1, bad input as one error line; the limit
+columns of cross.table computed from the curve."""
 import subprocess
 import sys
 
@@ -27,3 +28,42 @@ def test_cost_bad_input(tmp_path, args, msg):
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [f"error: {p.stderr.strip()[7:]}"] and msg in p.stderr
     assert not out.exists()
+
+
+def _rec(decoder, qid, new, steps, wall, proposed=None, path="fast"):
+    return {"question_id": qid, "decoder": decoder, "tokens": [1] * new, "new_tokens": new, "steps": steps,
+            "wall_time": wall, "peak_mem_bytes": 1, "forward_path": path,
+            "extra": {} if proposed is None else {"proposed": proposed}}
+
+
+CURVE = [{"q": 1, "ms": 40.0, "forward_path": "fast"}, {"q": 4, "ms": 40.0, "forward_path": "fast"},
+         {"q": 16, "ms": 64.0, "forward_path": "fast"}, {"q": 1, "ms": 60.0, "forward_path": "stock"}]
+
+
+def test_limit_columns_by_hand():
+    from common.report import cost_of, limits
+
+    ratio = cost_of(CURVE)
+    assert ratio(1) == 1.0 and ratio(4) == 1.0 and ratio(10) == pytest.approx(1.3) and ratio(28) == pytest.approx(2.2)
+    recs = [_rec("vanilla", "a", 12, 12, 1.2), _rec("vanilla", "b", 8, 8, 0.8),
+            # 4 steps: the prefill, then trees of 15 nodes (q = 16: cost 1.6) and 3 nodes (q = 4: cost 1.0)
+            _rec("tree", "a", 12, 4, 0.6, proposed=[0, 15, 15, 3]), _rec("tree", "b", 8, 4, 0.4, proposed=[0, 15, 3, 3]),
+            _rec("lookup", "a", 12, 6, 0.6), _rec("lookup", "b", 8, 4, 0.4)]
+    t = limits(recs, CURVE).set_index("decoder")
+    cost = (1.6 + 1.6 + 1.0 + 1.6 + 1.0 + 1.0) / 6
+    assert t.loc["tree", "step_cost"] == pytest.approx(cost)
+    tau = 20 / 8
+    assert t.loc["tree", "limit"] == pytest.approx(tau / cost)
+    assert t.loc["tree", "pct_of_limit"] == pytest.approx(100 * 2.0 / (tau / cost))  # speedup 2 (20 tok/s vs 10)
+    assert t.loc["vanilla", "limit"] == 1.0
+    assert t.loc["lookup"].isna().all()  # no per-step proposals recorded: no limit claimed
+
+
+def test_limits_refuse_mixed_forward_paths_and_a_curve_without_q1():
+    from common.report import cost_of, limits
+
+    recs = [_rec("vanilla", "a", 4, 4, 1.0), _rec("tree", "a", 4, 2, 0.5, proposed=[0, 3], path="stock")]
+    with pytest.raises(ValueError, match="forward paths"):
+        limits(recs, CURVE)
+    with pytest.raises(ValueError, match="q=1"):
+        cost_of([{"q": 4, "ms": 1.0, "forward_path": "fast"}])

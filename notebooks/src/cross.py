@@ -20,7 +20,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.report import provenance, summarize, write_table
+from common.report import limits, provenance, summarize, write_table
 
 base = Path(results_root) / package
 if inputs is None:  # run by hand: the same list the rule declares, for this results root
@@ -28,6 +28,7 @@ if inputs is None:  # run by hand: the same list the rule declares, for this res
 inputs = check_inputs(inputs)
 # groups in name order, as the committed tables have always listed them
 files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_"))
+curve = read_jsonl(next(p for p in inputs if Path(p).name == "cost_curve.jsonl"))
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
 records = [r for recs in groups.values() for r in recs]
 meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(f) for f in files)}
@@ -74,6 +75,7 @@ def cross_rows():
         t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
         base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
         t["extra_mem_mib"] = t.peak_mem_mib - base_mem
+        t = t.merge(limits(recs, curve), on="decoder", how="left")
         rows.append(t)
     return pd.concat(rows, ignore_index=True)
 
@@ -94,11 +96,26 @@ def cross_rows():
 # transformers uses to tune it, is not installed). The `@stop` variants run the same rule in our
 # loop (`gamma: 20, confidence: 0.4`), so the two implementations are compared like for like.
 
+# %% md
+# The limit columns compare each decoder with what the hardware allows it (`common.report.limits`).
+# `step_cost` is its mean verification forward cost in single-token steps, T(q)/T(1), read off
+# the machine's cost curve (`cost.fig`, same forward path as the benchmark) at each step's q
+# (proposed tokens + the root); `limit` = mean_accepted_length / step_cost is the speedup it
+# would reach if a step cost nothing but that forward, and `pct_of_limit` = speedup / limit. A low
+# `limit` means the proposals are not accepted often enough (or cost too much to verify); a low
+# `pct_of_limit` means the time goes elsewhere: drafting (a draft model's or the heads' own
+# forwards), Python around the forward. Blank: decoders that record no per-step proposals
+# (transformers' own `generate` loops, pipelined workers), and records made before proposals
+# were recorded.
+
 # %% [cross.table]
 table = cross_rows()
 cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
-        "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s", "identical_to_vanilla"]
+        "step_cost", "limit", "pct_of_limit", "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s",
+        "identical_to_vanilla"]
 table = table[cols]
+for c in ("step_cost", "limit", "pct_of_limit"):  # blank, not nan, where a decoder has no limit
+    table[c] = table[c].astype(object).where(table[c].notna(), None)
 write_table(table, artifact_id, staged.dir("tables"), meta)
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
