@@ -24,9 +24,9 @@ from .data import load_dataset_samples
 from .decoders import DECODERS, decoder_class, get_decoder
 from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, code_version, describe
-from .models import load_model
+from .models import cache_root, load_model
 from .prompts import TRUNCATE, fit_prompt
-from .records import JsonlWriter
+from .records import JsonlWriter, ResumeLog
 from .report import summarize
 
 STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
@@ -56,6 +56,9 @@ def parse_args(argv=None):
     ap.add_argument("--stock", action="store_true",
                     help="run transformers' stock forward path instead of common.fast's (the strong "
                          "default every decoder shares); for before/after comparisons")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep a per-prompt log of completed prompts (under the cache) and continue an "
+                         "interrupted run with the same settings from it; records keep their own code_version")
     ap.add_argument("--profile", default="adhoc", help="recorded in every record")
     ap.add_argument("--out", type=Path, required=True)
     return ap.parse_args(argv)
@@ -185,7 +188,24 @@ def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
     return out
 
 
+def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
+    """Where ``--resume`` keeps the completed prompts of a run writing ``args.out``, and the
+    settings a continuation must share (everything that changes a record but the code)."""
+    import hashlib
+
+    out = str(Path(args.out).resolve())
+    path = cache_root() / "resume" / f"{hashlib.sha1(out.encode()).hexdigest()[:12]}_{Path(out).name}"
+    identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "max_new_tokens", "max_prompt_tokens",
+                                              "truncate", "dtype", "device", "threads", "stock", "profile")}
+    return ResumeLog(path, {**identity, "out": out, "decoders": names, "decoder_config": cfgs})
+
+
 def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
+    resume = resume_log(args, {k: d.name for k, d in decoders.items()}, cfgs) if args.resume else None
+    done = resume.load() if resume else {}
+    if done:
+        print(f"bench: resuming {args.out}: {len(done)} of {len(samples)} prompts done ({resume.path})",
+              file=sys.stderr)
     for d in decoders.values():  # warm-up: allocator, kernels, lazy inits
         d.generate(prompts[0][0], min(8, args.max_new_tokens))
     device = describe(args.device)
@@ -195,6 +215,12 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     records = []
     with JsonlWriter(args.out) as out:
         for s, (ids, full) in tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt"):
+            if s.question_id in done:
+                for rec in done[s.question_id]:
+                    out.write(rec)
+                    records.append(rec)
+                continue
+            unit = []
             for name, d in decoders.items():
                 with PeakMemory(args.device) as mem:
                     o = d.generate(ids, args.max_new_tokens)
@@ -209,6 +235,11 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                     rec["prompt_truncated_from"] = full
                 out.write(rec)
                 records.append(rec)
+                unit.append(rec)
+            if resume:
+                resume.append(s.question_id, unit)
+    if resume:
+        resume.remove()  # the result is complete and in place
     return records
 
 

@@ -58,3 +58,53 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> None:
 def read_jsonl(path: Path) -> list[dict]:
     with open(path) as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+class ResumeLog:
+    """A run's completed units of work, so an interrupted run continues where it stopped.
+
+    A JSONL file: a header ``{"identity": ...}`` (what the run computes: its arguments), then
+    one line per completed unit ``{"key": ..., "records": [...]}``, each flushed and synced as
+    the unit completes. :meth:`load` returns the completed units; a run with another identity
+    is refused (mixing two settings in one result would be silent and wrong), a torn last line
+    (killed while writing) is dropped. :meth:`remove` deletes the log once the final result
+    has been written.
+    """
+
+    def __init__(self, path: Path, identity: dict):
+        self.path, self.identity = Path(path), json.loads(json.dumps(identity))  # as JSON reads it back
+
+    def load(self) -> dict:
+        """``{key: records}`` of the completed units (empty for a fresh run); starts the log."""
+        from .errors import UserError
+
+        done: dict = {}
+        if self.path.is_file():
+            lines = self.path.read_text().splitlines()
+            try:
+                head = json.loads(lines[0]) if lines else {}
+            except json.JSONDecodeError:
+                head = {}
+            if head.get("identity") != self.identity:
+                raise UserError(f"{self.path} holds a partial run with other settings ({head.get('identity')}); "
+                                f"delete it to start afresh, or rerun with those settings to resume it")
+            for line in lines[1:]:
+                try:
+                    unit = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # torn by a kill mid-write: that unit is simply redone
+                done[unit["key"]] = unit["records"]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "w") as fh:  # rewritten clean (a torn tail removed)
+            fh.write(json.dumps({"identity": self.identity}) + "\n")
+            fh.writelines(json.dumps({"key": k, "records": r}) + "\n" for k, r in done.items())
+        return done
+
+    def append(self, key, records: list[dict]) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"key": key, "records": records}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -15,7 +15,7 @@ rule bench_cross:
         " --dataset {params.c.dataset} --n {params.c.n} --max-new-tokens {params.c.max_new_tokens}"
         " --max-prompt-tokens {params.c.max_prompt_tokens} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --out {output} > {log} 2>&1"
+        " --resume --out {output} > {log} 2>&1"
 
 
 # The verification forward's cost T(q) on this machine (common.cost): the hardware curve a

@@ -105,4 +105,4 @@ rule ppdp_bench:
         " --prompts {input.prompts} --n {params.t3.n} --max-new-tokens {params.t3.max_new_tokens}"
         " --max-prompt-tokens {params.mpt} --truncate last --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --out {output} > {log} 2>&1"
+        " --resume --out {output} > {log} 2>&1"

@@ -67,6 +67,38 @@ def test_killed_benchmark_leaves_no_result_and_reruns(tmp_path, embedded, sig):
     assert [x["tokens"] for x in left] == [x["tokens"] for x in rerun[:len(left)]]
 
 
+@pytest.mark.model
+def test_killed_benchmark_resumes_from_its_completed_prompts(tmp_path, embedded):
+    """With --resume, a rerun after SIGKILL decodes only the prompts the killed run had not
+    finished, and the result equals an uninterrupted run's tokens."""
+    out = tmp_path / "bench.jsonl"
+    from common.models import cache_root
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(cache_root() / "models")  # the converted model, shared
+    env = {**_env(tmp_path), "REPRO_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "common.bench", *BENCH, "--resume", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = lambda: list((tmp_path / "cache" / "resume").glob("*bench.jsonl"))  # noqa: E731
+    _wait_for(lambda: _lines(logs()) >= 3, proc, "two completed prompts")  # header + 2 of 4 prompts
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=DEADLINE_S)
+    assert not out.exists()
+    done = [json.loads(l)["key"] for l in logs()[0].read_text().splitlines()[1:] if l.endswith("}")]
+    assert len(done) >= 2
+
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{len(done)} of 4 prompts done" in r.stderr
+    assert logs() == []  # removed once the result is in place
+    resumed = [json.loads(l) for l in out.read_text().splitlines()]
+    fresh_out = tmp_path / "fresh.jsonl"
+    subprocess.run([sys.executable, "-m", "common.bench", *BENCH, "--out", str(fresh_out)], cwd=ROOT, env=env,
+                   check=True, capture_output=True, timeout=DEADLINE_S)
+    fresh = [json.loads(l) for l in fresh_out.read_text().splitlines()]
+    assert [(x["question_id"], x["tokens"]) for x in resumed] == [(x["question_id"], x["tokens"]) for x in fresh]
+
+
 # ---------------------------------------------------------------- training rule
 
 TRAIN_SCRIPT = '''

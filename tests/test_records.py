@@ -65,3 +65,23 @@ def test_concurrent_processes_leave_one_complete_run(tmp_path):
     assert recs in (_records("a", 2000), _records("b", 2000))
     assert b"\0" not in out.read_bytes()
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_resume_log_keeps_units_drops_a_torn_tail_and_refuses_other_settings(tmp_path):
+    from common.errors import UserError
+    from common.records import ResumeLog
+
+    path = tmp_path / "run.jsonl"
+    log = ResumeLog(path, {"n": 4, "decoders": {"vanilla": "vanilla"}})
+    assert log.load() == {}
+    log.append("81", [{"decoder": "vanilla", "tokens": [1, 2]}])
+    log.append("82", [{"decoder": "vanilla", "tokens": [3]}])
+    with open(path, "a") as fh:
+        fh.write('{"key": "83", "records": [{"deco')  # killed mid-write
+    again = ResumeLog(path, {"n": 4, "decoders": {"vanilla": "vanilla"}})
+    assert again.load() == {"81": [{"decoder": "vanilla", "tokens": [1, 2]}], "82": [{"decoder": "vanilla", "tokens": [3]}]}
+    assert "83" not in path.read_text()  # the torn line is gone, later appends stay parseable
+    with pytest.raises(UserError, match="other settings"):
+        ResumeLog(path, {"n": 5, "decoders": {"vanilla": "vanilla"}}).load()
+    again.remove()
+    assert not path.exists()
