@@ -60,6 +60,41 @@ def greedy_accept(tree_tokens: torch.Tensor, logits: torch.Tensor,
     return row, int(accepted[row])
 
 
+def greedy_walk(tree_tokens: list[int], parents: list[int], head_rows) -> tuple[list[int], int] | None:
+    """:func:`greedy_accept` computing LM-head rows only where the walk needs them.
+
+    From the root, follow the child whose token is the target's argmax at the current node.
+    Each head call computes a node and its children together (a weight-bound product costs
+    about the same for 1 row as for a dozen), so one call advances the walk two levels. On
+    a 63-node tree that accepts ~1 token, 1-2 calls of <= 11 rows replace a 63-row product.
+
+    Args:
+        tree_tokens: ``n`` node tokens (node 0 = root); ``parents``: ``n`` parent indices (-1 root).
+        head_rows: ``(list of node indices) -> [k, V]`` logits of those nodes.
+    Returns:
+        ``(path, next_token)`` as the full rule gives them, or None when a node has two
+        children with its argmax token (then the longest of the paths must be searched:
+        call :func:`greedy_accept` with every node's logits).
+    """
+    children: list[list[int]] = [[] for _ in tree_tokens]
+    for i, p in enumerate(parents[1:], 1):
+        children[p].append(i)
+    best: dict[int, int] = {}
+    node, path = 0, [0]
+    while True:
+        if node not in best:
+            want = [node] + [c for c in children[node] if c not in best]
+            best.update(zip(want, head_rows(want).argmax(-1).tolist()))
+        a = best[node]
+        match = [c for c in children[node] if tree_tokens[c] == a]
+        if not match:
+            return path, a
+        if len(match) > 1:
+            return None
+        node = match[0]
+        path.append(node)
+
+
 def speculative_accept(draft_tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
                        generator: torch.Generator | None = None) -> tuple[int, int]:
     """Speculative sampling over a chain of ``g`` draft tokens.
@@ -141,7 +176,9 @@ class AcceptanceRule:
     Class attributes say what a rule needs, so a decoder can refuse a rule it cannot feed:
     ``temperatures`` ("zero", "positive" or both), ``chain_only`` (no branching trees),
     ``needs_draft_probs`` (proposals carry the distributions their tokens were drawn from),
-    ``lossless`` (greedy output equals vanilla's, or samples follow the target exactly).
+    ``lossless`` (greedy output equals vanilla's, or samples follow the target exactly),
+    ``lazy`` (``evaluate_lazy`` works from LM-head rows computed on demand, so the verifier
+    can skip the head on nodes the rule never reads).
     """
 
     name = "base"
@@ -149,6 +186,7 @@ class AcceptanceRule:
     chain_only = False
     needs_draft_probs = False
     lossless = False
+    lazy = False
 
     def __init__(self, temperature: float = 0.0, **options):
         self.temperature = temperature
@@ -188,10 +226,21 @@ class Greedy(AcceptanceRule):
     temperatures = ("zero",)
     lossless = True
 
+    lazy = True  # can work from LM-head rows computed on demand (evaluate_lazy)
+
     def evaluate(self, tree_tokens, logits, retrieve, draft_tokens, draft_probs, generator):
         row, a = greedy_accept(tree_tokens, logits, retrieve)
         path = retrieve[row, : a + 1]
         return path, int(logits[path[-1]].argmax())
+
+    def evaluate_lazy(self, tree_tokens, parents, head_rows, retrieve):
+        """:meth:`evaluate` from ``head_rows(nodes) -> [k, V]`` logits (:func:`greedy_walk`)."""
+        walked = greedy_walk(tree_tokens.tolist(), parents.tolist(), head_rows)
+        if walked is None:  # duplicate sibling tokens: the full search decides
+            every = head_rows(list(range(tree_tokens.numel())))
+            return self.evaluate(tree_tokens, every, retrieve, None, None, None)
+        path, nxt = walked
+        return torch.as_tensor(path, dtype=torch.long, device=tree_tokens.device), nxt
 
 
 @register_rule

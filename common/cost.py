@@ -5,7 +5,10 @@
 
 For each ``q`` the forward is :meth:`common.target.Target.verify` over a chain of ``q`` nodes
 after a ``context``-token cache (the tree loop's path: explicit mask and positions), followed
-by the cache edit that keeps nothing of it, so every repetition sees the same cache. The
+by the cache edit that keeps nothing of it, so every repetition sees the same cache. The LM
+head runs on the root's row only, as the greedy tree loop's lazy head does when nothing is
+accepted (each accepted pair of levels adds one small head product, paid by the decoder, not
+the curve); targets without a lazy head apply it to every node. The
 ``q`` values run interleaved (one of each per round, after warm-up rounds), so a slow drift
 of a shared machine hits every ``q`` alike; the record per ``q`` holds the median and the
 interquartile range in ms and ``ratio = T(q) / T(1)`` (``q = 1`` is always measured). This
@@ -64,8 +67,12 @@ def cost_curve(model, qs: list[int], context: int = 300, rounds: int = 25, warmu
             for q in qs:
                 _sync(dev)
                 t0 = time.perf_counter()
-                logits, _ = target.verify(tokens[q], trees[q])
-                int(logits[-1].argmax())  # what a decoder reads: forces the result
+                if target.lazy_head:  # as the greedy tree loop runs it: the LM head where the walk reads
+                    _, v = target.verify(tokens[q], trees[q], head=False)
+                    int(target.head_rows(v, [0]).argmax())
+                else:
+                    logits, _ = target.verify(tokens[q], trees[q])
+                    int(logits[-1].argmax())  # what a decoder reads: forces the result
                 _sync(dev)
                 dt = time.perf_counter() - t0
                 target.crop(context)

@@ -100,15 +100,24 @@ class Target:
         return self._timed(self._forward, ids, keep, want_hidden)
 
     def verify(self, tree_tokens: torch.Tensor, tree: TreeBuffers, injections: Sequence[Injection] = (),
-               capture: Sequence[int] = ()) -> tuple[torch.Tensor, Verified]:
+               capture: Sequence[int] = (), head: bool = True) -> tuple[torch.Tensor | None, Verified]:
         """One forward over ``[n]`` tree tokens (node 0 = root, not yet cached).
 
+        Args:
+            head: apply the LM head to every node; False leaves it to the caller (greedy
+                acceptance needs it only along the accepted path: :meth:`head_rows`).
         Returns:
-            ``([n, V] logits, Verified)``; the cache gains every node (see :meth:`accept`).
+            ``([n, V] logits or None, Verified)``; the cache gains every node (see :meth:`accept`).
         """
-        return self._timed(self._verify, tree_tokens, tree, tuple(injections), tuple(capture))
+        return self._timed(self._verify, tree_tokens, tree, tuple(injections), tuple(capture), head)
 
-    def _verify(self, tree_tokens, tree, injections, capture):
+    lazy_head = False  # whether verify(head=False) is supported
+
+    def head_rows(self, verified: Verified, rows) -> torch.Tensor:
+        """``[k, V]`` logits of the nodes ``rows`` from a ``verify(head=False)``."""
+        return self.model.lm_head(verified.hidden[rows])
+
+    def _verify(self, tree_tokens, tree, injections, capture, head):
         raise NotImplementedError
 
     def accept(self, prefix_len: int, path: torch.Tensor) -> None:
@@ -151,12 +160,14 @@ class CausalTarget(Target):
                          output_hidden_states=want_hidden)
         return out.logits[0], (out.hidden_states[-1] if want_hidden else None)
 
-    def _verify(self, tree_tokens, tree, injections, capture):
+    lazy_head = True
+
+    def _verify(self, tree_tokens, tree, injections, capture, head):
         past = self.length
         tree = tree.to(tree_tokens.device)
         v = verify_forward(self.model, self.cache, tree_tokens, tree.ancestor_mask, past + tree.depth,
                            injections, capture)
-        return self.model.lm_head(v.hidden), v
+        return (self.model.lm_head(v.hidden) if head else None), v
 
 
 class Seq2SeqTarget(Target):
@@ -184,7 +195,7 @@ class Seq2SeqTarget(Target):
                          past_key_values=self.cache, use_cache=True, output_hidden_states=want_hidden)
         return out.logits[0, -keep:], (out.decoder_hidden_states[-1] if want_hidden else None)
 
-    def _verify(self, tree_tokens, tree, injections, capture):
+    def _verify(self, tree_tokens, tree, injections, capture, head):
         if injections or capture:
             raise UserError("an encoder-decoder target takes no injected positions or captured layers; "
                             "valid: proposers without in-forward positions (chain drafts)")

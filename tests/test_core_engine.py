@@ -302,3 +302,46 @@ def test_options_are_typed(chaotic_llama, name, opts, msg):
     base = {"draft": chaotic_llama} if name == "speculative" else {}
     with pytest.raises(UserError, match=msg):
         get_decoder(name, chaotic_llama, **base, **opts)
+
+
+def test_greedy_walk_equals_the_full_search_and_reads_few_rows():
+    """The lazy head's walk picks the path and next token the full greedy rule picks, computing
+    head rows only along it; a tree with duplicate sibling tokens falls back to the full search."""
+    g = torch.Generator().manual_seed(0)
+    tree = build_tree([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 0, 0, 0)])
+    parents, n = tree.parents.tolist(), tree.size
+    read = []
+    for trial in range(200):
+        logits = torch.randn(n, 12, generator=g)
+        tokens = torch.randint(0, 12, (n,), generator=g)
+        # make acceptance likely: each node's first child often carries its parent's argmax
+        for i in range(1, n):
+            if torch.rand(1, generator=g) < 0.6:
+                tokens[i] = logits[parents[i]].argmax()
+        rows = []
+
+        def head(nodes):
+            rows.extend(nodes)
+            return logits[nodes]
+        walked = acc.greedy_walk(tokens.tolist(), parents, head)
+        row, a = acc.greedy_accept(tokens, logits, tree.retrieve_indices)
+        full = tree.retrieve_indices[row, :a + 1].tolist()
+        sibs = {}
+        dup = any(sibs.setdefault((parents[i], int(tokens[i])), i) != i for i in range(1, n))
+        if walked is None:
+            assert dup
+            continue
+        if not dup:
+            assert walked == (full, int(logits[full[-1]].argmax())), trial
+        assert len(rows) == len(set(rows))  # no row computed twice
+        read.append(len(rows))
+    assert sum(read) / len(read) < n  # fewer rows than the whole tree on average
+
+
+def test_lazy_head_off_gives_the_same_tokens(chaotic_llama, tmp_path, one_thread):
+    cfg = decoder_class("medusa").test_configs(chaotic_llama, tmp_path)[0]
+    ids = torch.tensor([PROMPTS[2]])
+    lazy = get_decoder("medusa", chaotic_llama, **cfg)
+    full = get_decoder("medusa", chaotic_llama, lazy_head=False, **cfg)
+    assert lazy.lazy_head and not full.lazy_head
+    assert lazy.generate(ids, 30).tokens == full.generate(ids, 30).tokens == _vanilla(chaotic_llama, ids)

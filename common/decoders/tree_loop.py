@@ -149,8 +149,10 @@ class TreeDecoder(Decoder):
 
     @classmethod
     def options(cls) -> dict:
+        # lazy_head: under greedy, the LM head only on the nodes the walk reads (same tokens;
+        # false computes every node's logits, as the stock loop does)
         return {"temperature": Option(0.0, (float,), lo=0.0), "seed": 0,
-                "acceptance": Option(None, (str,))}
+                "acceptance": Option(None, (str,)), "lazy_head": True}
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -189,16 +191,28 @@ class TreeDecoder(Decoder):
         root = torch.tensor([state.tokens[-1]], dtype=torch.long, device=self.device)
         return p, torch.cat([root, p.tokens.to(self.device)])
 
-    def tree_decoding(self, tree_tokens: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, Verified]:
+    def tree_decoding(self, tree_tokens: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor | None, Verified]:
         """One target forward over the tree and the proposal's injected positions; returns
-        ``[n, V]`` node logits and the forward's states."""
-        return self.target.verify(tree_tokens, proposal.tree, proposal.injections, proposal.capture)
+        ``[n, V]`` node logits (None when the rule computes the rows it reads itself, see
+        :attr:`lazy_head`) and the forward's states."""
+        return self.target.verify(tree_tokens, proposal.tree, proposal.injections, proposal.capture,
+                                  head=not self.lazy_head)
 
-    def evaluate_posterior(self, proposal: Proposal, tree_tokens: torch.Tensor, logits: torch.Tensor,
-                           gen: torch.Generator | None) -> tuple[torch.Tensor, int]:
+    @property
+    def lazy_head(self) -> bool:
+        """Whether the LM head runs only on the nodes the rule reads (greedy: the accepted path
+        and its children), where the target supports it."""
+        return bool(self.rule.lazy and self.target.lazy_head and self.cfg.get("lazy_head", True))
+
+    def evaluate_posterior(self, proposal: Proposal, tree_tokens: torch.Tensor, logits: torch.Tensor | None,
+                           gen: torch.Generator | None, verified: Verified | None = None) -> tuple[torch.Tensor, int]:
         """The rule picks the accepted path (``[a+1]`` node indices, root first) and the next token."""
-        retrieve = proposal.tree.to(self.device).retrieve_indices
-        return self.rule.evaluate(tree_tokens, logits, retrieve, tree_tokens[1:], proposal.draft_probs, gen)
+        tree = proposal.tree.to(self.device)
+        if logits is None:
+            rows = lambda nodes: self.target.head_rows(verified, nodes)  # noqa: E731
+            return self.rule.evaluate_lazy(tree_tokens, tree.parents, rows, tree.retrieve_indices)
+        return self.rule.evaluate(tree_tokens, logits, tree.retrieve_indices, tree_tokens[1:],
+                                  proposal.draft_probs, gen)
 
     def update_inputs_and_kv(self, prefix_len: int, path: torch.Tensor, tree_tokens: torch.Tensor,
                              nxt: int) -> list[int]:
@@ -222,7 +236,7 @@ class TreeDecoder(Decoder):
             proposal, tree_tokens = self.generate_candidates(proposer, state)
             prefix_len = self.target.length
             logits, verified = self.tree_decoding(tree_tokens, proposal)
-            path, nxt = self.evaluate_posterior(proposal, tree_tokens, logits, gen)
+            path, nxt = self.evaluate_posterior(proposal, tree_tokens, logits, gen, verified)
             new = self.update_inputs_and_kv(prefix_len, path, tree_tokens, nxt)
             proposer.update(StepResult(proposal, path, verified, nxt))
             proposed.append(proposal.tree.size - 1)

@@ -14,6 +14,8 @@
 # measured interleaved in one run: `fast` (`common.fast`: prepacked linear layers, grouped-query
 # attention without KV copies, a preallocated cache; what every decoder and the vanilla baseline
 # run) and `stock` (transformers' own modules, SDPA attention and `DynamicCache`).
+# The LM head runs on the root's row only, as the greedy tree loop's lazy head does (it computes
+# head rows only along the path it accepts).
 
 # %%
 import dataclasses
