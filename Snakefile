@@ -42,6 +42,7 @@ if RERUN:
     include: "rules/components.smk"
     include: "rules/cross.smk"
     include: "rules/ppd_pipelined.smk"
+    include: "rules/bild.smk"
 else:
     check_raw_records()
 include: "rules/artifacts.smk"

@@ -231,6 +231,10 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                        "peak_mem_bytes": mem.peak, "prompt_tokens": int(ids.shape[1]), **meta,
                        "decoder_config": cfgs.get(name, {}),
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
+                if d.tokenizer is not None:  # quality metrics read text, not ids (notebooks load no tokenizer)
+                    rec["text"] = d.tokenizer.decode(o.tokens, skip_special_tokens=True)
+                if s.reference is not None:
+                    rec["reference"] = s.reference
                 if full > ids.shape[1]:
                     rec["prompt_truncated_from"] = full
                 out.write(rec)

@@ -1,0 +1,106 @@
+"""BiLD's experiment settings: the profile's ``bild:`` section as frozen dataclasses.
+
+One config path (house style): ``config/config.yaml`` -> schema validation
+(:func:`common.config.load_profile`) -> :func:`from_profile` here -> rule params / CLIs.
+
+Small models: in the embedded profile the large model's first ``small_layers`` layers + final
+norm + head (the draft family of :mod:`common.draft`), trained twice (``unaligned``: on
+ShareGPT's reference replies, as the paper fine-tunes its small models on the task's
+references; ``aligned``: on the large model's own greedy outputs, the paper's prediction
+alignment, section 3.5.1). In the paper profile, the paper's released checkpoints per task.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from common.errors import UserError, check_range
+
+VARIANTS = ("unaligned", "aligned")
+METRICS = ("bleu", "rouge_l")
+
+
+def _threshold_list(name: str, values, lo: float, hi: float | None) -> tuple[float, ...]:
+    if not values:
+        raise UserError(f"{name} must list at least one threshold")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo or (hi is not None and v > hi):
+            raise UserError(f"{name} value {v!r} is out of range; valid: [{lo}, {hi if hi is not None else 'inf'})")
+        out.append(float(v))
+    if len(set(out)) != len(out):
+        raise UserError(f"{name} {list(values)} repeats a value")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One evaluation task: a dataset with references, its metric and the threshold grid."""
+    name: str
+    dataset: str
+    n: int
+    max_new_tokens: int
+    metric: str
+    fallback: tuple[float, ...]   # alpha_FB grid, each in [0, 1]
+    rollback: tuple[float, ...]   # alpha_RB grid (nats), each >= 0
+    large: str | None = None      # paper profile: the task's fine-tuned large model
+    small: Mapping[str, str] | None = None  # paper profile: {variant: checkpoint}
+
+    def __post_init__(self):
+        check_range(f"bild.tasks.{self.name}.n", self.n, 1)
+        check_range(f"bild.tasks.{self.name}.max_new_tokens", self.max_new_tokens, 1)
+        if self.metric not in METRICS:
+            raise UserError(f"bild.tasks.{self.name}.metric {self.metric!r} is unknown; valid: {', '.join(METRICS)}")
+        object.__setattr__(self, "fallback", _threshold_list(f"bild.tasks.{self.name}.fallback", self.fallback, 0.0, 1.0))
+        object.__setattr__(self, "rollback", _threshold_list(f"bild.tasks.{self.name}.rollback", self.rollback, 0.0, None))
+
+    def grid(self) -> list[tuple[float, float]]:
+        """Every (alpha_FB, alpha_RB) setting of the sweep."""
+        return [(f, r) for f in self.fallback for r in self.rollback]
+
+
+@dataclass(frozen=True)
+class BildConfig:
+    model: str                       # the large model (embedded: the profile's model)
+    small_layers: int | None         # embedded: the small model's depth (first k layers)
+    variants: tuple[str, ...]
+    max_small_tokens: int            # N of the paper (10)
+    max_prompt_tokens: int
+    tasks: Mapping[str, TaskConfig]
+    train: Mapping | None = None     # embedded: small-model training settings
+
+    def __post_init__(self):
+        check_range("bild.max_small_tokens", self.max_small_tokens, 1)
+        check_range("bild.max_prompt_tokens", self.max_prompt_tokens, 1)
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad or not self.variants:
+            raise UserError(f"bild.variants {list(self.variants)} is invalid; valid: a subset of {', '.join(VARIANTS)}")
+        if self.small_layers is not None:
+            check_range("bild.small_layers", self.small_layers, 1)
+        for t in self.tasks.values():
+            if self.small_layers is None and not (t.large and t.small and set(self.variants) <= set(t.small)):
+                raise UserError(f"bild.tasks.{t.name}: without small_layers every task names its large model "
+                                f"and a small checkpoint per variant ({', '.join(self.variants)})")
+
+    def task(self, name: str) -> TaskConfig:
+        if name not in self.tasks:
+            raise UserError(f"unknown bild task {name!r}; valid: {', '.join(self.tasks)}")
+        return self.tasks[name]
+
+
+def from_mapping(raw: Mapping) -> BildConfig:
+    tasks = {name: TaskConfig(name=name, **{**t, "fallback": tuple(t["fallback"]), "rollback": tuple(t["rollback"])})
+             for name, t in raw["tasks"].items()}
+    return BildConfig(model=raw["model"], small_layers=raw.get("small_layers"), variants=tuple(raw["variants"]),
+                      max_small_tokens=raw.get("max_small_tokens", 10), max_prompt_tokens=raw["max_prompt_tokens"],
+                      tasks=tasks, train=raw.get("train"))
+
+
+def from_profile(profile) -> BildConfig:
+    """The BiLD config of a :class:`common.config.Profile` (its ``raw['bild']``)."""
+    if "bild" not in profile.raw:
+        raise UserError(f"profile {profile.name!r} has no bild section in config/config.yaml")
+    try:
+        return from_mapping(profile.raw["bild"])
+    except TypeError as e:  # unknown/missing keys when built outside the schema
+        raise UserError(f"bild config of profile {profile.name!r}: {e}") from None

@@ -1,0 +1,55 @@
+"""Workflow parameters: what the Snakemake rules of ``rules/bild.smk`` pass to the entry points.
+
+The entry points are ``python -m bild.small`` (the embedded profile's small models) and
+``python -m common.bench`` (one sweep per task and small-model variant: the large model's
+``vanilla`` beside ``bild`` at every (alpha_FB, alpha_RB) of the task's grid, interleaved per
+prompt, so every latency is normalised within one run). :class:`RuleParams` turns a profile's
+:class:`~bild.config.BildConfig` into their arguments, so the rule file holds rules only.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .config import BildConfig, TaskConfig
+
+
+def label(fallback: float, rollback: float) -> str:
+    """The bench label of one setting, e.g. ``bild@fb0.5_rb2``."""
+    return f"bild@fb{fallback:g}_rb{rollback:g}"
+
+
+@dataclass(frozen=True)
+class RuleParams:
+    cfg: BildConfig
+    components: str  # the profile's component cache folder (embedded small models live there)
+
+    # rules/bild.smk names the task wildcard ``btask`` (``task`` is constrained to PPD's tasks)
+    def task(self, wildcards) -> TaskConfig:
+        return self.cfg.task(wildcards.btask)
+
+    def large(self, wildcards) -> str:
+        """The large model of a ``{btask}``: the task's fine-tuned checkpoint or the profile's model."""
+        return self.task(wildcards).large or self.cfg.model
+
+    @property
+    def train_config(self) -> str:
+        """The small models' training settings as JSON (embedded profile)."""
+        return json.dumps(dict(self.cfg.train or {}))
+
+    def small(self, wildcards) -> str:
+        """The small model of a ``{btask}``/``{variant}``: a trained folder or a checkpoint id."""
+        t = self.task(wildcards)
+        if self.cfg.small_layers is None:
+            return t.small[wildcards.variant]
+        return f"{self.components}/bild_small_{wildcards.variant}/model"
+
+    def decoders(self, wildcards) -> str:
+        t = self.task(wildcards)
+        return ",".join(["vanilla", *(label(f, r) for f, r in t.grid())])
+
+    def decoder_config(self, wildcards) -> str:
+        t = self.task(wildcards)
+        small = self.small(wildcards)
+        return json.dumps({label(f, r): {"small": small, "fallback_threshold": f, "rollback_threshold": r,
+                                         "max_small_tokens": self.cfg.max_small_tokens} for f, r in t.grid()})

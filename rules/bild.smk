@@ -1,0 +1,59 @@
+# Big Little Decoder: small models (embedded: the large model's first layers, trained unaligned on
+# ShareGPT references and aligned on the large model's own greedy outputs) -> one sweep per task
+# and variant (vanilla beside bild at every (alpha_FB, alpha_RB) of the task's grid, interleaved
+# per prompt, with decoded text and references for the quality metrics). Raw JSONL under
+# <root>/bild/raw/; the small models in the git-ignored cache.
+from bild.config import VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
+from bild.workflow import RuleParams as BildParams
+
+BILD = bild_from_profile(P)
+BILDR = BildParams(BILD, f".cache/components/{P.name}")
+BILD_RAW = f"{ROOT}/bild/raw"
+
+
+wildcard_constraints:
+    variant="|".join(BILD_VARIANTS),
+    btask="|".join(BILD.tasks),
+
+
+def bild_sweep_inputs(wildcards):
+    """The large model and, in the embedded profile, the trained small model of the variant."""
+    small = [] if BILD.small_layers is None else [f".cache/components/{P.name}/bild_small_{wildcards.variant}/model/config.json"]
+    return [*model_files(BILDR.large(wildcards)), *small]
+
+
+rule bild_small:
+    input: model_files(BILD.model), f".cache/components/{P.name}/corpus.pt"
+    output:
+        model=f".cache/components/{P.name}/bild_small_{{variant}}/model/config.json",
+        stats=f"{BILD_RAW}/small_{{variant}}_stats.json",
+        curve=f"{BILD_RAW}/small_{{variant}}_curve.jsonl",
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_small_{{variant}}.log"
+    benchmark: f"{BENCH}/bild_small_{{variant}}.tsv"
+    threads: workflow.cores
+    params: env=ENV, py=PY, p=P, b=BILD, train=BILDR.train_config,
+    shell:
+        "{params.env} {params.py} -m bild.small --model {params.b.model} --variant {wildcards.variant}"
+        " --layers {params.b.small_layers} --heldout-corpus {input[1]} --train-config '{params.train}'"
+        " --out .cache/components/{params.p.name}/bild_small_{wildcards.variant} --stats-out {output.stats}"
+        " --curve-out {output.curve} --threads {params.p.threads} > {log} 2>&1"
+
+
+rule bild_sweep:
+    input: bild_sweep_inputs
+    output: f"{BILD_RAW}/sweep_{{btask}}_{{variant}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_sweep_{{btask}}_{{variant}}.log"
+    benchmark: f"{BENCH}/bild_sweep_{{btask}}_{{variant}}.tsv"
+    # All cores: a timing rule never shares the machine with another job.
+    threads: workflow.cores
+    params:
+        env=ENV, py=PY, p=P, b=BILD, large=BILDR.large, t=BILDR.task, decoders=BILDR.decoders,
+        dcfg=BILDR.decoder_config,
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.large} --decoders {params.decoders}"
+        " --dataset {params.t.dataset} --n {params.t.n} --max-new-tokens {params.t.max_new_tokens}"
+        " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
+        " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
+        " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
