@@ -1,4 +1,5 @@
-"""BiLD's quality metrics: the libraries' scores on cases computed by hand."""
+"""BiLD's quality metrics and sweep analysis: the libraries' scores and Table 1's selection on
+cases computed by hand."""
 import pytest
 
 from bild.metrics import agreement, bleu, rouge_l
@@ -25,3 +26,34 @@ def test_mismatched_counts_are_an_error():
         bleu(["a"], ["a", "b"])
     with pytest.raises(UserError):
         agreement([], [])
+
+
+def _rec(decoder, qid, text, ref, wall, tokens, source=None, fallbacks=0, rollbacks=0):
+    extra = {} if source is None else {"source": source, "fallbacks": fallbacks, "rollbacks": rollbacks}
+    return {"decoder": decoder, "question_id": qid, "text": text, "reference": ref, "wall_time": wall,
+            "tokens": tokens, "new_tokens": len(tokens), "extra": extra}
+
+
+def test_sweep_points_and_table1_by_hand():
+    from bild.analysis import best_settings, sweep_points
+
+    refs = {"a": "the cat sat on the mat", "b": "a quick brown fox"}
+    recs = [_rec("vanilla", "a", "the cat sat on a mat", refs["a"], 2.0, [1, 2, 3]),
+            _rec("vanilla", "b", "a quick brown dog", refs["b"], 2.0, [4, 5]),
+            # as good as vanilla (same text), twice as fast; 4 of 5 tokens from the small model
+            _rec("bild@fb0.5_rb2", "b", "a quick brown dog", refs["b"], 1.0, [4, 5], ["large", "small"], 1, 0),
+            _rec("bild@fb0.5_rb2", "a", "the cat sat on a mat", refs["a"], 1.0, [1, 2, 3], ["large", "small", "small"], 0, 1),
+            # worse and faster
+            _rec("bild@fb0.2_rb6", "a", "dog", refs["a"], 0.5, [1, 9, 9], ["large", "small", "small"]),
+            _rec("bild@fb0.2_rb6", "b", "a quick", refs["b"], 0.5, [4, 9], ["large", "small"])]
+    p = sweep_points(recs, "rouge_l").set_index("decoder")
+    assert p.loc["vanilla", "latency"] == 1.0 and p.loc["bild@fb0.5_rb2", "speedup"] == pytest.approx(2.0)
+    assert p.loc["bild@fb0.5_rb2", "quality"] == pytest.approx(p.loc["vanilla", "quality"])
+    assert p.loc["bild@fb0.5_rb2", "small_share"] == pytest.approx(3 / 5)
+    assert p.loc["bild@fb0.5_rb2", "rollbacks_per_token"] == pytest.approx(1 / 5)
+    assert p.loc["bild@fb0.5_rb2", "identical"] == 1.0 and p.loc["bild@fb0.2_rb6", "identical"] == 0.0
+    assert (p.loc["bild@fb0.2_rb6", "fallback_threshold"], p.loc["bild@fb0.2_rb6", "rollback_threshold"]) == (0.2, 6.0)
+    best = best_settings(p.reset_index())
+    assert best["no_loss"]["decoder"] == "bild@fb0.5_rb2" and best["no_loss"]["speedup"] == pytest.approx(2.0)
+    assert best["within"]["decoder"] == "bild@fb0.5_rb2"  # the faster one loses far more than a point
+    assert best_settings(p.reset_index(), tolerance=100)["within"]["decoder"] == "bild@fb0.2_rb6"

@@ -1,0 +1,72 @@
+"""From BiLD sweep records (``common.bench`` JSONL with text and references) to the paper's
+figures and tables: quality against latency normalised to the large model (Figure 4), and
+its summary (Table 1: best speedup with no quality loss, and within ~1 point).
+
+Latency is the mean wall time per prompt over the same prompts in the same run, divided by
+``vanilla``'s (the large model alone); quality is the task's corpus metric over the outputs
+(:mod:`bild.metrics`); the fallback and rollback rates come from the decoder's stats.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from .metrics import METRICS, agreement
+
+LABEL = re.compile(r"^bild@fb(?P<fb>[0-9.]+)_rb(?P<rb>[0-9.]+|inf)$")
+
+
+def sweep_points(records: list[dict], metric: str, baseline: str = "vanilla") -> pd.DataFrame:
+    """One row per decoder of one sweep run.
+
+    Returns:
+        columns ``decoder, fallback_threshold, rollback_threshold, quality, latency`` (normalised
+        to the baseline), ``speedup``, ``small_share`` (tokens the small model produced and kept),
+        ``fallbacks_per_token``, ``rollbacks_per_token``, ``identical`` (share of outputs equal to the
+        baseline's), ``prompts``. The baseline's row has latency 1.
+    """
+    df = pd.DataFrame(records)
+    if baseline not in set(df.decoder):
+        raise ValueError(f"the sweep has no {baseline!r} records: latency and quality need the large model alone")
+    score = METRICS[metric]
+    base = df[df.decoder == baseline].set_index("question_id")
+    rows = []
+    for name, g in df.groupby("decoder", sort=False):
+        g = g.set_index("question_id").loc[base.index]  # the same prompts, in the same order
+        m = LABEL.match(name)
+        extra = g.get("extra", pd.Series([{}] * len(g), index=g.index))
+        new = g.new_tokens.sum()
+        src = [e.get("source") for e in extra]
+        small = sum(s.count("small") for s in src if s) if all(src) else float("nan")
+        rows.append({
+            "decoder": name,
+            "fallback_threshold": float(m["fb"]) if m else None,
+            "rollback_threshold": float(m["rb"]) if m else None,
+            "quality": score(list(g.text), list(g.reference)),
+            "latency": g.wall_time.mean() / base.wall_time.mean(),
+            "small_share": small / new if new else float("nan"),
+            "fallbacks_per_token": sum(e.get("fallbacks", 0) for e in extra) / new if m else 0.0,
+            "rollbacks_per_token": sum(e.get("rollbacks", 0) for e in extra) / new if m else 0.0,
+            "identical": agreement(list(g.tokens), list(base.tokens))["identical"],
+            "prompts": len(g),
+        })
+    out = pd.DataFrame(rows)
+    out["speedup"] = 1.0 / out.latency
+    return out
+
+
+def best_settings(points: pd.DataFrame, tolerance: float = 1.0, baseline: str = "vanilla") -> dict:
+    """Table 1's two cells: the fastest setting with quality >= the baseline's, and the fastest
+    within ``tolerance`` points of it. Each ``{"decoder", "quality", "speedup"}`` or None."""
+    q0 = float(points.loc[points.decoder == baseline, "quality"].iloc[0])
+    cand = points[points.decoder != baseline]
+
+    def fastest(ok):
+        hit = cand[ok]
+        if hit.empty:
+            return None
+        r = hit.sort_values(["speedup", "quality"], ascending=False).iloc[0]
+        return {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}
+    return {"baseline_quality": q0, "no_loss": fastest(cand.quality >= q0),
+            "within": fastest(cand.quality >= q0 - tolerance)}
