@@ -57,3 +57,14 @@ rule bild_sweep:
         " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
         " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
         " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
+
+
+# Table 2: the large and small models' configurations, read from their configs (no weights).
+rule bild_models:
+    input: model_files(BILD.model)
+    output: f"{BILD_RAW}/models.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_models.log"
+    params: env=ENV, py=PY, p=P
+    shell:
+        "{params.env} {params.py} -m bild.models --profile {params.p.name} --out {output} > {log} 2>&1"

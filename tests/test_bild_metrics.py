@@ -57,3 +57,19 @@ def test_sweep_points_and_table1_by_hand():
     assert best["no_loss"]["decoder"] == "bild@fb0.5_rb2" and best["no_loss"]["speedup"] == pytest.approx(2.0)
     assert best["within"]["decoder"] == "bild@fb0.5_rb2"  # the faster one loses far more than a point
     assert best_settings(p.reset_index(), tolerance=100)["within"]["decoder"] == "bild@fb0.2_rb6"
+
+
+def test_model_table_counts_match_the_real_models():
+    """bild.models counts parameters on the meta device; the real models agree."""
+    from bild.models import describe, truncated_config
+    from common.draft import truncated_copy
+    from common.models import param_count, tiny_llama, tiny_t5
+
+    t5 = tiny_t5()
+    d = describe(t5.config)
+    assert d["kind"] == "encoder-decoder" and d["layers"] == "2 + 2" and d["params"] == param_count(t5)
+    llama = tiny_llama()
+    small = describe(truncated_config(llama.config, 2))
+    assert small["layers"] == "2" and small["params"] == param_count(truncated_copy(llama, 2))
+    with pytest.raises(UserError, match="small_layers=4"):
+        truncated_config(llama.config, 4)

@@ -1,0 +1,48 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # BiLD: model configurations (Table 2)
+# The large and small models of each task, read from their configs by `python -m bild.models`
+# (instantiated on the meta device: parameter counts without loading weights). In the paper the
+# pairs are T5-small/large (summarization) and mT5-small/large (translation); in the embedded
+# profile the large model is SmolLM2-135M-Instruct and the small model its first layers with the
+# final norm and the shared embeddings and head (the draft family of `common.draft`; its parameter
+# count includes the shared embeddings, as the decoder loads them).
+
+# %%
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+
+from common.config import Staged, artifact_inputs, check_inputs, load_profile
+from common.records import read_jsonl
+from common.report import write_table
+
+base = Path(results_root) / package
+if inputs is None:  # run by hand: the same list the rule declares, for this results root
+    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
+inputs = check_inputs(inputs)
+df = pd.DataFrame(read_jsonl(inputs[0]))
+meta = {"artifact": artifact_id, "profile": ", ".join(sorted(df.profile.unique())),
+        "models": "read from each model's config (python -m bild.models)", "hardware": "none (no weights loaded)",
+        "sources": str(inputs[0])}
+staged = Staged({"tables": base / "tables"})
+meta
+
+# %% md
+# The paper's Table 2 lists, per model pair, the layers (encoder + decoder), model and FFN widths
+# and the parameter counts: T5-small 60 M / T5-large 770 M, mT5-small 300 M / mT5-large 1.2 B.
+
+# %%
+table = df[["task", "role", "model", "kind", "layers", "d_model", "ffn", "heads", "kv_heads", "vocab", "params"]].copy()
+table["params_m"] = table.pop("params") / 1e6
+large = table[table.role == "large"].set_index("task").params_m
+table["share_of_large"] = [p / large[t] for t, p in zip(table.task, table.params_m)]
+write_table(table, artifact_id, staged.dir("tables"), meta, floatfmt=".2f")
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %%
+for f in staged.publish():  # last step: tables move into place only when all of it worked
+    print("wrote", f)
