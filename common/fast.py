@@ -69,8 +69,9 @@ class PackedLinear(nn.Module):
         return {**self.__dict__, "_packed": None, "_key": None}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-            return nn.functional.linear(x, self.weight, self.bias)  # training: the differentiable path
+        if (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) or x.device.type != "cpu":
+            # training (the differentiable path), or the module was moved off the CPU after packing
+            return nn.functional.linear(x, self.weight, self.bias)
         shape = x.shape
         flat = x.reshape(-1, shape[-1]).contiguous()
         bias = None if self.bias is None else self.bias.detach()
