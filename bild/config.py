@@ -68,6 +68,8 @@ class BildConfig:
     max_prompt_tokens: int
     tasks: Mapping[str, TaskConfig]
     train: Mapping | None = None     # embedded: small-model training settings
+    handover: tuple[int, ...] = ()   # Figure 5's no-fallback ablation: hand over every N tokens
+    spec_gamma: tuple[int, ...] = () # speculative sampling's windows on the same small model (section 4.2)
 
     def __post_init__(self):
         check_range("bild.max_small_tokens", self.max_small_tokens, 1)
@@ -77,6 +79,9 @@ class BildConfig:
             raise UserError(f"bild.variants {list(self.variants)} is invalid; valid: a subset of {', '.join(VARIANTS)}")
         if self.small_layers is not None:
             check_range("bild.small_layers", self.small_layers, 1)
+        for name in ("handover", "spec_gamma"):
+            for v in getattr(self, name):
+                check_range(f"bild.{name}", v, 1)
         for t in self.tasks.values():
             if self.small_layers is None and not (t.large and t.small and set(self.variants) <= set(t.small)):
                 raise UserError(f"bild.tasks.{t.name}: without small_layers every task names its large model "
@@ -93,7 +98,8 @@ def from_mapping(raw: Mapping) -> BildConfig:
              for name, t in raw["tasks"].items()}
     return BildConfig(model=raw["model"], small_layers=raw.get("small_layers"), variants=tuple(raw["variants"]),
                       max_small_tokens=raw.get("max_small_tokens", 10), max_prompt_tokens=raw["max_prompt_tokens"],
-                      tasks=tasks, train=raw.get("train"))
+                      tasks=tasks, train=raw.get("train"), handover=tuple(raw.get("handover", ())),
+                      spec_gamma=tuple(raw.get("spec_gamma", ())))
 
 
 def from_profile(profile) -> BildConfig:

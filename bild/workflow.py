@@ -44,12 +44,27 @@ class RuleParams:
             return t.small[wildcards.variant]
         return f"{self.components}/bild_small_{wildcards.variant}/model"
 
+    def settings(self, wildcards) -> dict[str, dict]:
+        """``{label: options}`` of every decoder a sweep runs besides ``vanilla``: BiLD at each
+        (alpha_FB, alpha_RB) of the grid; with the aligned small model also Figure 5's ablations
+        (no rollback at each alpha_FB; no fallback, handing over every N tokens, at the grid's
+        middle alpha_RB); with the unaligned one, speculative decoding on the same small model
+        at each window (section 4.2 compares it with unaligned BiLD)."""
+        t, small, n = self.task(wildcards), self.small(wildcards), self.cfg.max_small_tokens
+        out = {label(f, r): {"small": small, "fallback_threshold": f, "rollback_threshold": r, "max_small_tokens": n}
+               for f, r in t.grid()}
+        if wildcards.variant == "aligned":
+            mid = sorted(t.rollback)[len(t.rollback) // 2]
+            out.update({f"bild@fb{f:g}_norb": {"small": small, "fallback_threshold": f, "rollback": False,
+                                               "max_small_tokens": n} for f in t.fallback})
+            out.update({f"bild@handover{h}_rb{mid:g}": {"small": small, "fallback": False, "rollback_threshold": mid,
+                                                       "max_small_tokens": h} for h in self.cfg.handover})
+        else:
+            out.update({f"speculative@g{g}": {"draft": small, "gamma": g} for g in self.cfg.spec_gamma})
+        return out
+
     def decoders(self, wildcards) -> str:
-        t = self.task(wildcards)
-        return ",".join(["vanilla", *(label(f, r) for f, r in t.grid())])
+        return ",".join(["vanilla", *self.settings(wildcards)])
 
     def decoder_config(self, wildcards) -> str:
-        t = self.task(wildcards)
-        small = self.small(wildcards)
-        return json.dumps({label(f, r): {"small": small, "fallback_threshold": f, "rollback_threshold": r,
-                                         "max_small_tokens": self.cfg.max_small_tokens} for f, r in t.grid()})
+        return json.dumps(self.settings(wildcards))

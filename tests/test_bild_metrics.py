@@ -73,3 +73,29 @@ def test_model_table_counts_match_the_real_models():
     assert small["layers"] == "2" and small["params"] == param_count(truncated_copy(llama, 2))
     with pytest.raises(UserError, match="small_layers=4"):
         truncated_config(llama.config, 4)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "embedded", "paper"])
+def test_sweep_settings_are_valid_decoder_options(profile):
+    """Every label a sweep rule passes to common.bench names a registered decoder with options
+    it declares, of the right types and ranges (checked as the decoder checks them)."""
+    from types import SimpleNamespace
+
+    from bild.config import from_profile
+    from bild.workflow import RuleParams
+    from common.config import load_profile
+    from common.decoders import decoder_class
+    from common.decoders.base import as_option
+
+    cfg = from_profile(load_profile(None, profile))
+    params = RuleParams(cfg, ".cache/components/x")
+    for task in cfg.tasks:
+        for variant in cfg.variants:
+            wc = SimpleNamespace(btask=task, variant=variant)
+            settings = params.settings(wc)
+            assert params.decoders(wc).split(",") == ["vanilla", *settings]
+            assert len(settings) >= len(cfg.task(task).grid())
+            for label, opts in settings.items():
+                declared = {k: as_option(v) for k, v in decoder_class(label.split("@")[0]).options().items()}
+                for k, v in opts.items():
+                    declared[k].validate(label, k, v)
