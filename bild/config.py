@@ -43,6 +43,7 @@ class TaskConfig:
     metric: str
     fallback: tuple[float, ...]   # alpha_FB grid, each in [0, 1]
     rollback: tuple[float, ...]   # alpha_RB grid (nats), each >= 0
+    template: str = "plain"       # prompt template (common.prompts.TEMPLATES), e.g. T5's "summarize: "
     large: str | None = None      # paper profile: the task's fine-tuned large model
     small: Mapping[str, str] | None = None  # paper profile: {variant: checkpoint}
 

@@ -25,7 +25,7 @@ from .decoders import DECODERS, decoder_class, get_decoder
 from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, code_version, describe
 from .models import cache_root, load_model
-from .prompts import TRUNCATE, fit_prompt
+from .prompts import TEMPLATES, TRUNCATE, fit_prompt
 from .records import JsonlWriter, ResumeLog
 from .report import summarize
 
@@ -42,6 +42,8 @@ def parse_args(argv=None):
     src.add_argument("--dataset", help="dataset registry name")
     src.add_argument("--prompts", help="JSONL file of questions (question_id, category, turns)")
     ap.add_argument("--n", type=int, default=None, help="first n prompts (default: all)")
+    ap.add_argument("--template", default="plain",
+                    help="prompt template around each first turn (common.prompts.TEMPLATES; default: plain)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-prompt-tokens", default="1024",
                     help="an integer >= 1, or 'none' for no limit (the model's context still applies)")
@@ -123,6 +125,8 @@ def validate(args) -> tuple[dict[str, str], dict[str, dict]]:
     Returns ``({label: decoder name}, {label: options})``.
     """
     check_range("max_new_tokens", args.max_new_tokens, 1)
+    if args.template not in TEMPLATES:
+        raise unknown("prompt template", args.template, TEMPLATES)
     check_positive_int("threads", args.threads)
     check_positive_int("n", args.n)
     args.max_prompt_tokens = parse_prompt_limit(args.max_prompt_tokens)
@@ -174,7 +178,8 @@ def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
     out = []
     for s in samples:
         try:
-            ids, full = fit_prompt(tok, s.turns[0], max_prompt_tokens=limit, truncate=args.truncate)
+            ids, full = fit_prompt(tok, s.turns[0], template=args.template, max_prompt_tokens=limit,
+                                   truncate=args.truncate)
         except UserError as e:
             raise UserError(f"prompt {s.question_id!r}: {e}") from None
         if context is not None and ids.shape[1] + args.max_new_tokens > context:
@@ -195,7 +200,7 @@ def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
 
     out = str(Path(args.out).resolve())
     path = cache_root() / "resume" / f"{hashlib.sha1(out.encode()).hexdigest()[:12]}_{Path(out).name}"
-    identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "max_new_tokens", "max_prompt_tokens",
+    identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "template", "max_new_tokens", "max_prompt_tokens",
                                               "truncate", "dtype", "device", "threads", "stock", "profile")}
     return ResumeLog(path, {**identity, "out": out, "decoders": names, "decoder_config": cfgs})
 

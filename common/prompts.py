@@ -10,7 +10,8 @@ import torch
 
 from .errors import UserError, unknown
 
-TEMPLATES: dict[str, str] = {"plain": "{text}"}
+# "t5-summarize": T5's task prefix for summarization (the prefix its fine-tuned checkpoints expect)
+TEMPLATES: dict[str, str] = {"plain": "{text}", "t5-summarize": "summarize: {text}"}
 
 
 def render(template: str, text: str) -> str:

@@ -53,7 +53,7 @@ rule bild_sweep:
         dcfg=BILDR.decoder_config,
     shell:
         "{params.env} {params.py} -m common.bench --model {params.large} --decoders {params.decoders}"
-        " --dataset {params.t.dataset} --n {params.t.n} --max-new-tokens {params.t.max_new_tokens}"
+        " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
         " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
         " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
         " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
