@@ -1,1 +1,2 @@
-"""Placeholder: this paper's package is not built yet (see the open issues). Nothing here runs."""
+"""Hardware-aware Parallel Prompt Decoding (Chen et al., 2024): trained prompt tokens guess future
+tokens inside the verification forward; a dynamic sparse tree sized to the hardware."""

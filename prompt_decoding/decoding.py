@@ -1,0 +1,187 @@
+"""Parallel prompt decoding on the shared tree loop: decoder ``prompt_decoding``.
+
+Each step is one target forward (:meth:`common.target.Target.verify`) over
+
+* the candidate tree: the root (the last committed token) and candidates drawn from the
+  guesses the prompt tokens made in the previous step, arranged as a sparse tree;
+* the prompt tokens attached to every tree node, entering as input embeddings
+  (:class:`common.forward.Injection` at layer 0): node ``c``'s prompt token ``j`` sits at
+  ``c``'s position + ``j`` + 1 and attends to ``c``, its ancestors and, among its own EPTs, as
+  the EPT mask says (:func:`prompt_decoding.prompts.ept_allow`). Tree nodes never attend to
+  prompt tokens, so the candidates' logits are the model's own and greedy acceptance is exact.
+
+The rule accepts a path; the prompt tokens attached to its last node give the next step's
+guesses (their EPT-averaged logits' top-k per distance), and their cache entries are dropped
+with every other position off the accepted path. The first step after the prefill has no
+guesses: its tree is the root alone, carrying the prompt tokens.
+
+This module builds the static tree (every node carries all ``m`` prompt tokens; the candidate
+tree is the best sparse tree for an accuracy table). The paper's dynamic sparse tree (prompt
+tokens allotted per node, section 4.2) and the training live beside it.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from common.decoders.base import Option
+from common.decoders.tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, candidates_from_topk
+from common.errors import UserError
+from common.forward import Injection
+from common.training import fingerprint, load_trained, read_trained, save_trained
+from common.tree import TreeBuffers, build_tree, load_tree
+from common.tree_search import best_tree
+
+from .prompts import MASKS, PromptTokens
+
+# Candidate accuracy by distance and rank when no measured table is given (a prior of the
+# usual shape: each distance and rank less likely than the one before); trained checkpoints
+# store their measured table (``acc``) and trees built from it.
+PRIOR_ACC = [[0.5 / (r + 1) ** 1.5 for r in range(8)] for _ in range(8)]
+
+
+def prompts_meta(model, m: int, n: int, mask: str) -> dict:
+    """What a prompt-token checkpoint is tied to: the base model and its own shape."""
+    return {**fingerprint(model), "m": m, "n": n, "mask": mask}
+
+
+def new_prompts(model, m: int = 3, n: int = 1, mask: str = "ensemble", seed: int = 0) -> PromptTokens:
+    """Untrained prompt tokens for ``model``, on its device and dtype (made on the CPU with a
+    seeded generator first, whatever the default device)."""
+    with torch.device("cpu"):
+        p = PromptTokens(model.config.hidden_size, m, n, mask, seed=seed)
+    return p.to(model.device, model.dtype)
+
+
+def node_prompt_injection(tree: TreeBuffers, prompts: PromptTokens, carry: list[int], past: int) -> Injection:
+    """The prompt tokens attached to the nodes of ``tree`` as one layer-0 injection.
+
+    Args:
+        carry: ``[n]`` prompt tokens node ``c`` carries (0..m); EPTs in order (node, j, i).
+        past: cached positions before the root.
+    Returns:
+        an :class:`Injection` of ``sum(carry) * n`` positions: states ``[E, H]``, positions
+        ``past + depth(c) + 1 + j``, and ``allow`` ``[E, N + E]`` (ancestors of ``c`` among the
+        nodes; among the injected, the EPT mask within ``c``'s own block).
+    """
+    dev, n, N = tree.device, prompts.n, tree.size
+    block = prompts.allow(dev)                                              # [m*n, m*n]
+    E = sum(carry) * n
+    allow = torch.zeros(E, N + E, dtype=torch.bool, device=dev)
+    states, pos, start = [], [], 0
+    for c in range(N):
+        e = carry[c] * n
+        if not e:
+            continue
+        allow[start:start + e, :N] = tree.ancestor_mask[c]                  # the node and its ancestors
+        allow[start:start + e, N + start:N + start + e] = block[:e, :e]     # its own EPTs, as the mask says
+        states.append(prompts.embeddings[:carry[c]].reshape(e, -1))
+        pos.append(past + int(tree.depth[c]) + 1 + torch.arange(carry[c], device=dev).repeat_interleave(n))
+        start += e
+    return Injection(0, torch.cat(states), torch.cat(pos), allow)
+
+
+def block_rows(carry: list[int], n: int, node: int) -> tuple[int, int]:
+    """``(start, count)`` of node ``node``'s EPT rows among the injected positions."""
+    start = sum(k * n for k in carry[:node])
+    return start, carry[node] * n
+
+
+@lru_cache(maxsize=64)
+def _tree(paths: tuple, depth: int) -> TreeBuffers:
+    return build_tree([p for p in paths if len(p) <= depth])
+
+
+class PromptProposer(Proposer):
+    """Candidates from the previous step's prompt-token guesses; prompt tokens on every node."""
+
+    def __init__(self, target, prompts: PromptTokens, paths: tuple, device):
+        self.target, self.prompts, self.paths, self.device = target, prompts, paths, device
+        self.width = max((r for p in paths for r in p), default=0) + 1
+        self.guesses: torch.Tensor | None = None   # [k, width] top-k per distance
+        self.carry: list[int] = []
+        self.head_rows = 0
+
+    def propose(self, state: ProposerState) -> Proposal:
+        depth = 0 if self.guesses is None else min(self.guesses.shape[0], max(state.remaining - 1, 0))
+        tree = _tree(self.paths, depth).to(self.device)
+        tokens = (candidates_from_topk(tree, self.guesses[:, :self.width]) if tree.size > 1
+                  else torch.zeros(0, dtype=torch.long, device=self.device))
+        self.carry = [self.prompts.m] * tree.size
+        inj = node_prompt_injection(tree, self.prompts, self.carry, self.target.length)
+        return Proposal(tree, tokens, injections=[inj])
+
+    def update(self, result: StepResult) -> None:
+        last = int(result.path[-1])
+        start, count = block_rows(self.carry, self.prompts.n, last)
+        hidden = result.verified.extra_hidden[start:start + count]             # [k*n, H]
+        logits = self.target.model.lm_head(hidden)                            # [k*n, V]
+        self.head_rows += count
+        k = count // self.prompts.n
+        guesses = logits.unflatten(0, (k, self.prompts.n)).mean(1)            # [k, V] EPT average
+        self.guesses = guesses.topk(self.width, dim=-1).indices
+
+    def stats(self) -> dict:
+        return {"prompt_head_rows": self.head_rows}
+
+
+def _check_tree(value) -> None:
+    if isinstance(value, int) and not 1 <= value <= 256:
+        raise UserError(f"tree={value} is out of range; valid: 1..256 candidate nodes, or a tree file")
+
+
+class PromptDecoding(TreeDecoder):
+    """Decoder ``prompt_decoding``: prompt tokens from ``prompt_tokens`` (a folder written by
+    the training, ``prompts.pt``), candidate tree ``tree`` (candidate count, best tree for the
+    checkpoint's measured accuracies or a prior; or a tree file of candidate paths)."""
+
+    name = "prompt_decoding"
+    default_sampling = "typical"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {**super().options(), "prompt_tokens": Option(None, (str, Path)),
+                "tree": Option(15, (int, str, Path), check=_check_tree)}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        """Random prompt embeddings (scaled up, so they sway the guesses): exactness must not
+        depend on what the prompt tokens propose. Each EPT mask, one and several EPTs."""
+        out = []
+        for m, n, mask in ((3, 1, "ensemble"), (2, 3, "ensemble"), (2, 2, "decoder"), (2, 2, "encoder")):
+            folder = Path(workdir) / f"prompts_{m}_{n}_{mask}"
+            p = new_prompts(model, m, n, mask, seed=m * 10 + n)
+            with torch.no_grad():
+                p.embeddings.mul_(50.0)
+            save_trained(p, folder / "prompts.pt", prompts_meta(model, m, n, mask))
+            out.append({"prompt_tokens": str(folder), "tree": 6})
+        return out
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        folder = self.cfg["prompt_tokens"]
+        if folder is None:
+            raise UserError("decoder 'prompt_decoding' needs prompt_tokens=<folder with prompts.pt>")
+        folder = Path(folder)
+        state = read_trained(folder / "prompts.pt", hint="train prompt tokens first (python -m prompt_decoding.train)")
+        meta = state["identity"]["meta"]
+        m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
+        if mask not in MASKS or meta != prompts_meta(model, m, n, mask):
+            raise UserError(f"prompt tokens at {folder} were trained for {meta}, not this model "
+                            f"({fingerprint(model)})")
+        self.prompts = new_prompts(model, m, n, mask)
+        load_trained(self.prompts, state)
+        t = self.cfg["tree"]
+        if isinstance(t, int):
+            acc = state.get("acc") or PRIOR_ACC
+            paths = best_tree(acc[:m], t + 1)
+        else:
+            paths = [tuple(p) for p in load_tree(t).paths]
+            if max(map(len, paths), default=0) > m:
+                raise UserError(f"tree {t} is deeper than the {m} prompt tokens can guess")
+        self.paths = tuple(paths)
+
+    def make_proposer(self, input_ids):
+        return PromptProposer(self.target, self.prompts, self.paths, self.device)

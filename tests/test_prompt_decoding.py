@@ -1,0 +1,91 @@
+"""Prompt decoding's decoder on a tiny random LLaMA: the prompt tokens' positions and mask rows
+are what the paper says (checked against a plain causal forward), random prompt embeddings
+still decode exactly vanilla's tokens, and bad checkpoints are refused."""
+import pytest
+import torch
+
+from common.decoders import get_decoder
+from common.errors import UserError
+from common.forward import embed
+from common.target import make_target
+from common.training import save_trained
+from common.tree import build_tree
+from prompt_decoding.decoding import block_rows, new_prompts, node_prompt_injection, prompts_meta
+from prompt_decoding.prompts import ept_allow
+
+PATHS = [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]
+
+
+def test_ept_masks_follow_appendix_b():
+    m, n = 3, 2
+    idx = [(j, i) for j in range(m) for i in range(n)]
+    for mask, rule in {
+        "ensemble": lambda a, b: b[0] <= a[0] and b[1] == a[1],
+        "decoder": lambda a, b: b[0] < a[0] or b == a,
+        "encoder": lambda a, b: b[0] <= a[0],
+    }.items():
+        want = torch.tensor([[rule(a, b) for b in idx] for a in idx])
+        assert torch.equal(ept_allow(m, n, mask), want), mask
+    with pytest.raises(UserError, match="valid: ensemble, decoder, encoder"):
+        ept_allow(2, 2, "sideways")
+
+
+@torch.inference_mode()
+def test_prompt_tokens_see_what_a_causal_forward_gives_them(chaotic_llama):
+    """With one EPT per prompt token, node c's prompt tokens inside the tree forward must get
+    the logits a plain causal forward gives them after prefix ++ path(c) (same positions, same
+    context): a wrong position id or mask row changes them."""
+    model = chaotic_llama
+    prompts = new_prompts(model, m=3, n=1)
+    with torch.no_grad():
+        prompts.embeddings.mul_(50.0)
+    tree = build_tree(PATHS)
+    g = torch.Generator().manual_seed(3)
+    prefix = torch.randint(3, 96, (1, 9), generator=g)
+    nodes = torch.randint(3, 96, (tree.size,), generator=g)
+    carry = [3, 2, 1, 3, 0, 2, 1]                       # any allotment per node (the dynamic tree's)
+    target = make_target(model)
+    target.start(prefix)
+    inj = node_prompt_injection(tree, prompts, carry, target.length)
+    _, v = target.verify(nodes, tree, [inj])
+    got = model.lm_head(v.extra_hidden)
+    for c in range(tree.size):
+        start, count = block_rows(carry, 1, c)
+        if not count:
+            continue
+        path = [c]
+        while int(tree.parents[path[-1]]) >= 0:
+            path.append(int(tree.parents[path[-1]]))
+        ids = torch.cat([prefix[0], nodes[list(reversed(path))]])
+        seq = torch.cat([embed(model, ids[None])[0], prompts.embeddings[:count, 0]])
+        ref = model(inputs_embeds=seq[None]).logits[0, -count:]
+        assert torch.allclose(got[start:start + count], ref, atol=1e-4), c
+
+
+def test_random_prompts_decode_vanillas_tokens_and_accept_some(chaotic_llama, tmp_path, one_thread):
+    """Exact with random embeddings; and the loop really accepts guessed tokens (so the test
+    above is not only ever checking one-token steps)."""
+    model = chaotic_llama
+    prompts = new_prompts(model, m=3, n=2, seed=5)
+    save_trained(prompts, tmp_path / "p" / "prompts.pt", prompts_meta(model, 3, 2, "ensemble"))
+    accepted = 0
+    for seed in range(6):
+        ids = torch.randint(3, 96, (1, 7), generator=torch.Generator().manual_seed(seed))
+        ref = get_decoder("vanilla", model).generate(ids, 40).tokens
+        out = get_decoder("prompt_decoding", model, prompt_tokens=str(tmp_path / "p"), tree=20).generate(ids, 40)
+        assert out.tokens == ref
+        accepted += sum(out.stats["accepted"])
+    assert accepted > 0
+
+
+def test_a_checkpoint_for_another_model_is_refused(chaotic_llama, tiny, tmp_path):
+    p = new_prompts(tiny, m=2, n=1)
+    meta = prompts_meta(tiny, 2, 1, "ensemble")
+    meta["hidden"] = 999
+    save_trained(p, tmp_path / "p" / "prompts.pt", meta)
+    with pytest.raises(UserError, match="trained for"):
+        get_decoder("prompt_decoding", chaotic_llama, prompt_tokens=str(tmp_path / "p"))
+    with pytest.raises(UserError, match="needs prompt_tokens"):
+        get_decoder("prompt_decoding", chaotic_llama)
+    with pytest.raises(UserError, match="does not exist"):
+        get_decoder("prompt_decoding", chaotic_llama, prompt_tokens=str(tmp_path / "none"))
