@@ -24,13 +24,17 @@ from .errors import UserError, check_layers
 
 
 # -- masks --------------------------------------------------------------------------------
-def attention_mask_4d(allow: torch.Tensor, past_len: int, dtype=torch.float32) -> torch.Tensor:
+def attention_mask_4d(allow: torch.Tensor, past_len: int, dtype=torch.float32,
+                      past_allow: torch.Tensor | None = None) -> torch.Tensor:
     """Additive mask for ``q`` new positions after ``past_len`` cached ones.
 
     Args:
         allow: ``[q, q]`` bool, which new position may attend which (causal, ancestor or
-            injection rows). The past is always fully visible.
+            injection rows).
         past_len: cached positions.
+        past_allow: ``[q, past_len]`` bool, which cached positions each new one sees; default:
+            all (decoding). Training on several cuts of one cached sequence at once passes
+            each cut's prefix here.
     Returns:
         ``[1, 1, q, past_len + q]`` on ``allow``'s device: 0 (attend) / ``finfo(dtype).min``.
         transformers passes a 4D float mask through untouched; a bool mask would be added as
@@ -39,6 +43,8 @@ def attention_mask_4d(allow: torch.Tensor, past_len: int, dtype=torch.float32) -
     q = allow.shape[0]
     full = torch.ones(q, past_len + q, dtype=torch.bool, device=allow.device)
     full[:, past_len:] = allow
+    if past_allow is not None:
+        full[:, :past_len] = past_allow
     out = torch.zeros(full.shape, dtype=dtype, device=allow.device)
     return out.masked_fill_(~full, torch.finfo(dtype).min)[None, None]
 
@@ -84,25 +90,27 @@ def logits_from_hidden(model, hidden: torch.Tensor, head=None) -> torch.Tensor:
 
 # -- layer ranges ---------------------------------------------------------------------------
 def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
-               position_ids: torch.Tensor, allow: torch.Tensor | None = None) -> torch.Tensor:
+               position_ids: torch.Tensor, allow: torch.Tensor | None = None,
+               past_allow: torch.Tensor | None = None) -> torch.Tensor:
     """Run decoder layers ``[start, end)`` on ``hidden``, appending to ``cache`` at those layers.
 
     Args:
         hidden: ``[1, q, H]`` input to layer ``start`` (embeddings when ``start == 0``).
         cache: a ``DynamicCache`` or None; layers ``start..end-1`` must hold the same past length.
         position_ids: ``[1, q]`` absolute positions (tree nodes: past + depth).
-        allow: ``[q, q]`` bool attention among the new positions (default: causal). The past
-            is always fully visible.
+        allow: ``[q, q]`` bool attention among the new positions (default: causal).
+        past_allow: ``[q, past]`` bool, which cached positions each new one sees (default: all).
     Returns:
         ``[1, q, H]`` raw (un-normed) output of layer ``end - 1``.
     """
     m = _backbone(model)
     q = hidden.shape[1]
     past = cache.get_seq_length(layer_idx=start) if cache is not None else 0
-    if allow is None and q == 1:
+    if allow is None and q == 1 and past_allow is None:
         mask = None  # one token sees everything; no mask keeps sdpa on model()'s own kernel
     else:
-        mask = attention_mask_4d(causal_allow(q, hidden.device) if allow is None else allow, past, hidden.dtype)
+        mask = attention_mask_4d(causal_allow(q, hidden.device) if allow is None else allow, past, hidden.dtype,
+                                 past_allow)
     pe = m.rotary_emb(hidden, position_ids=position_ids)
     for i in range(start, end):
         hidden = m.layers[i](hidden, attention_mask=mask, position_embeddings=pe,

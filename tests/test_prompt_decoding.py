@@ -89,3 +89,59 @@ def test_a_checkpoint_for_another_model_is_refused(chaotic_llama, tiny, tmp_path
         get_decoder("prompt_decoding", chaotic_llama)
     with pytest.raises(UserError, match="does not exist"):
         get_decoder("prompt_decoding", chaotic_llama, prompt_tokens=str(tmp_path / "none"))
+
+
+@pytest.mark.parametrize("m,n,mask", [(3, 1, "ensemble"), (2, 3, "ensemble"), (2, 2, "decoder"), (2, 2, "encoder")])
+def test_training_logits_equal_the_decoding_forwards(chaotic_llama, m, n, mask):
+    """All cuts of a sequence in one training forward give each cut's prompt tokens the logits
+    decoding computes for them inside the verification forward (root = the token at the cut)."""
+    from prompt_decoding.train import cut_logits, teacher_forward
+
+    model = chaotic_llama
+    prompts = new_prompts(model, m, n, mask, seed=1)
+    with torch.no_grad():
+        prompts.embeddings.mul_(50.0)
+    ids = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(4))
+    cuts = torch.tensor([5, 9, 14])
+    cache, _ = teacher_forward(model, ids)
+    with torch.no_grad():
+        got = cut_logits(model, prompts, cache, cuts, ids.numel())
+    assert cache.get_seq_length() == ids.numel()  # the prompt positions were dropped again
+    root = build_tree([])
+    for b, t in enumerate(cuts.tolist()):
+        target = make_target(model)
+        target.start(ids[None, :t])                       # the cache holds positions < t
+        inj = node_prompt_injection(root, prompts, [m], target.length)
+        _, v = target.verify(ids[t:t + 1], root, [inj])
+        want = prompts.aggregate(model.lm_head(v.extra_hidden))
+        assert torch.allclose(got[b], want, atol=1e-4), (t, (got[b] - want).abs().max())
+
+
+def test_training_reduces_the_loss_and_only_moves_prompt_embeddings(chaotic_llama):
+    from prompt_decoding.train import guess_accuracy, sequence_loss
+
+    model = chaotic_llama
+    frozen = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    prompts = new_prompts(model, 2, 2, "ensemble", seed=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(6)
+    seqs = [torch.randint(3, 96, (24,), generator=g) for _ in range(2)]
+    opt = torch.optim.AdamW(prompts.parameters(), lr=1e-2, weight_decay=0.0)
+    cuts = torch.arange(4, 19)
+    losses = []
+    for step in range(30):
+        loss = sum(sequence_loss(model, prompts, s, cuts) for s in seqs) / len(seqs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.8 * losses[0], losses[::5]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    acc = guess_accuracy(model, prompts, seqs, [4, 4], topk=5)
+    assert len(acc) == 2 and all(len(r) == 5 and 0 <= min(r) and max(r) <= 1 for r in acc)
+    ce = sequence_loss(model, prompts, seqs[0], cuts[:-1], distill=False)
+    assert torch.isfinite(ce)
+    for p, r in zip(model.parameters(), frozen):  # the fixture is shared
+        p.requires_grad_(r)
