@@ -15,9 +15,10 @@ guesses (their EPT-averaged logits' top-k per distance), and their cache entries
 with every other position off the accepted path. The first step after the prefill has no
 guesses: its tree is the root alone, carrying the prompt tokens.
 
-This module builds the static tree (every node carries all ``m`` prompt tokens; the candidate
-tree is the best sparse tree for an accuracy table). The paper's dynamic sparse tree (prompt
-tokens allotted per node, section 4.2) and the training live beside it.
+The tree changes with the state (how many prompt tokens the accepted node carried):
+:mod:`prompt_decoding.sparse_tree` builds the paper's dynamic sparse tree (prompt tokens
+allotted per node) or the static one (every node carries all ``m``) for the checkpoint's
+measured guess accuracies; :mod:`prompt_decoding.train` trains the prompt tokens.
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ from common.errors import UserError
 from common.forward import Injection
 from common.training import fingerprint, load_trained, read_trained, save_trained
 from common.tree import TreeBuffers, build_tree, load_tree
-from common.tree_search import best_tree
 
 from .prompts import MASKS, PromptTokens
+from .sparse_tree import StateTree, best_split, static
 
 # Candidate accuracy by distance and rank when no measured table is given (a prior of the
 # usual shape: each distance and rank less likely than the one before); trained checkpoints
@@ -89,27 +90,34 @@ def block_rows(carry: list[int], n: int, node: int) -> tuple[int, int]:
     return start, carry[node] * n
 
 
-@lru_cache(maxsize=64)
-def _tree(paths: tuple, depth: int) -> TreeBuffers:
-    return build_tree([p for p in paths if len(p) <= depth])
+@lru_cache(maxsize=256)
+def _tree(paths: tuple, carry: tuple, depth: int) -> tuple[TreeBuffers, list[int]]:
+    """The tree of ``paths`` cut at ``depth``, and each node's prompt tokens in its node order
+    (``carry[0]`` the root's, ``carry[i + 1]`` that of ``paths[i]``)."""
+    own = dict(zip([(), *paths], carry))
+    tree = build_tree([p for p in paths if len(p) <= depth])
+    return tree, [own[()]] + [own[tuple(p)] for p in tree.paths]
 
 
 class PromptProposer(Proposer):
-    """Candidates from the previous step's prompt-token guesses; prompt tokens on every node."""
+    """Candidates from the previous step's prompt-token guesses, on the tree of the current
+    state (how many prompt tokens the accepted node carried); prompt tokens on every node."""
 
-    def __init__(self, target, prompts: PromptTokens, paths: tuple, device):
-        self.target, self.prompts, self.paths, self.device = target, prompts, paths, device
-        self.width = max((r for p in paths for r in p), default=0) + 1
+    def __init__(self, target, prompts: PromptTokens, trees: dict[int, StateTree], device):
+        self.target, self.prompts, self.trees, self.device = target, prompts, trees, device
+        self.width = max((r for t in trees.values() for p in t.paths for r in p), default=0) + 1
         self.guesses: torch.Tensor | None = None   # [k, width] top-k per distance
         self.carry: list[int] = []
         self.head_rows = 0
 
     def propose(self, state: ProposerState) -> Proposal:
-        depth = 0 if self.guesses is None else min(self.guesses.shape[0], max(state.remaining - 1, 0))
-        tree = _tree(self.paths, depth).to(self.device)
+        k = 0 if self.guesses is None else self.guesses.shape[0]
+        depth = min(k, max(state.remaining - 1, 0))
+        t = self.trees[k] if k else StateTree((), (self.prompts.m,))  # after the prefill: the root alone
+        tree, self.carry = _tree(t.paths, t.carry, depth)
+        tree = tree.to(self.device)
         tokens = (candidates_from_topk(tree, self.guesses[:, :self.width]) if tree.size > 1
                   else torch.zeros(0, dtype=torch.long, device=self.device))
-        self.carry = [self.prompts.m] * tree.size
         inj = node_prompt_injection(tree, self.prompts, self.carry, self.target.length)
         return Proposal(tree, tokens, injections=[inj])
 
@@ -128,14 +136,19 @@ class PromptProposer(Proposer):
 
 
 def _check_tree(value) -> None:
-    if isinstance(value, int) and not 1 <= value <= 256:
-        raise UserError(f"tree={value} is out of range; valid: 1..256 candidate nodes, or a tree file")
+    if isinstance(value, int) and not 2 <= value <= 512:
+        raise UserError(f"tree={value} is out of range; valid: 2..512 verified positions, or a tree file")
+
+
+SHAPES = ("dynamic", "static")
 
 
 class PromptDecoding(TreeDecoder):
     """Decoder ``prompt_decoding``: prompt tokens from ``prompt_tokens`` (a folder written by
-    the training, ``prompts.pt``), candidate tree ``tree`` (candidate count, best tree for the
-    checkpoint's measured accuracies or a prior; or a tree file of candidate paths)."""
+    the training, ``prompts.pt``); ``tree``: the verified positions per step (root, candidates
+    and prompt tokens) of a ``shape="dynamic"`` sparse tree (section 4.2) or of a ``"static"``
+    one (every node carries all ``m`` prompt tokens), built for the checkpoint's measured guess
+    accuracies (a prior when it has none); or a tree file of candidate paths (static)."""
 
     name = "prompt_decoding"
     default_sampling = "typical"
@@ -143,7 +156,8 @@ class PromptDecoding(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {**super().options(), "prompt_tokens": Option(None, (str, Path)),
-                "tree": Option(15, (int, str, Path), check=_check_tree)}
+                "tree": Option(24, (int, str, Path), check=_check_tree),
+                "shape": Option("dynamic", (str,), choices=SHAPES)}
 
     @classmethod
     def test_configs(cls, model, workdir):
@@ -156,7 +170,8 @@ class PromptDecoding(TreeDecoder):
             with torch.no_grad():
                 p.embeddings.mul_(50.0)
             save_trained(p, folder / "prompts.pt", prompts_meta(model, m, n, mask))
-            out.append({"prompt_tokens": str(folder), "tree": 6})
+            out.append({"prompt_tokens": str(folder), "tree": 14})
+        out.append({**out[0], "shape": "static"})
         return out
 
     def __init__(self, model, tokenizer=None, **cfg):
@@ -173,15 +188,20 @@ class PromptDecoding(TreeDecoder):
                             f"({fingerprint(model)})")
         self.prompts = new_prompts(model, m, n, mask)
         load_trained(self.prompts, state)
-        t = self.cfg["tree"]
-        if isinstance(t, int):
-            acc = state.get("acc") or PRIOR_ACC
-            paths = best_tree(acc[:m], t + 1)
-        else:
-            paths = [tuple(p) for p in load_tree(t).paths]
+        self.trees = self.make_trees(self.cfg["tree"], state.get("acc") or PRIOR_ACC, m)
+
+    def make_trees(self, tree, acc, m: int) -> dict[int, StateTree]:
+        """One tree per state ``1..m`` (the accepted node's prompt tokens = guesses available)."""
+        if not isinstance(tree, int):
+            paths = tuple(tuple(p) for p in load_tree(tree).paths)
             if max(map(len, paths), default=0) > m:
-                raise UserError(f"tree {t} is deeper than the {m} prompt tokens can guess")
-        self.paths = tuple(paths)
+                raise UserError(f"tree {tree} is deeper than the {m} prompt tokens can guess")
+            return {k: StateTree(tuple(p for p in paths if len(p) <= k), (m,) * (1 + sum(len(p) <= k for p in paths)))
+                    for k in range(1, m + 1)}
+        if self.cfg["shape"] == "static":  # the largest static tree within the size
+            n_c = max(0, tree // m - 1)
+            return static(acc, m, n_c)
+        return best_split(acc, m, tree)[0]
 
     def make_proposer(self, input_ids):
-        return PromptProposer(self.target, self.prompts, self.paths, self.device)
+        return PromptProposer(self.target, self.prompts, self.trees, self.device)

@@ -1,6 +1,7 @@
 """Prompt decoding's decoder on a tiny random LLaMA: the prompt tokens' positions and mask rows
 are what the paper says (checked against a plain causal forward), random prompt embeddings
 still decode exactly vanilla's tokens, and bad checkpoints are refused."""
+import numpy as np
 import pytest
 import torch
 
@@ -145,3 +146,45 @@ def test_training_reduces_the_loss_and_only_moves_prompt_embeddings(chaotic_llam
     assert torch.isfinite(ce)
     for p, r in zip(model.parameters(), frozen):  # the fixture is shared
         p.requires_grad_(r)
+
+
+# -- the dynamic sparse tree ------------------------------------------------------------------
+ACC = [[0.6, 0.2, 0.1], [0.4, 0.15, 0.05], [0.3, 0.1, 0.05]]
+
+
+def test_sparse_tree_quantities_by_hand():
+    from prompt_decoding.sparse_tree import end_probs, expected_candidates, steady_state
+
+    paths = [(0,), (1,), (0, 0)]
+    assert expected_candidates(paths, ACC) == pytest.approx(0.6 + 0.2 + 0.6 * 0.4)
+    ends = end_probs(paths, ACC)
+    # root ends if neither child is accepted; (0,) ends unless (0,0) is; leaves end when reached
+    assert ends == pytest.approx([1 - 0.8, 0.6 - 0.24, 0.2, 0.24]) and sum(ends) == pytest.approx(1.0)
+    P = np.array([[0.5, 0.5], [0.2, 0.8]])
+    pi = steady_state(P)
+    assert pi == pytest.approx(pi @ P) and pi.sum() == pytest.approx(1.0)
+    assert pi == pytest.approx([2 / 7, 5 / 7])
+
+
+def test_dynamic_tree_construction_and_its_gain_over_static():
+    from prompt_decoding.sparse_tree import amortized, best_split, build, hardware_size, static
+
+    m, n_c = 3, 6
+    trees = build(ACC, m, n_c, n_p=10)
+    assert set(trees) == {1, 2, 3}
+    for k, t in trees.items():
+        assert len(t.paths) == min(n_c, 3 ** k) and max(map(len, t.paths)) <= k  # 3 ranks per distance
+        assert t.prompt_tokens == min(10, m * (len(t.paths) + 1)) and min(t.carry) >= 1 and max(t.carry) <= m
+    full = static(ACC, m, n_c)
+    assert all(t.carry == (m,) * (len(t.paths) + 1) for t in full.values())
+    # with every node carrying m tokens the steady state sits in state m: R = f(T_m)
+    from prompt_decoding.sparse_tree import expected_candidates
+    assert amortized(full, ACC) == pytest.approx(expected_candidates(full[3].paths, ACC))
+    # at equal size, the best split beats giving every node all its prompt tokens
+    size = full[3].size
+    _, r = best_split(ACC, m, size)
+    assert r >= amortized(full, ACC) - 1e-12
+    hw = hardware_size(ACC, m, [4, 8, 16, 32], cost=lambda n: 1.0 + 0.05 * n)
+    assert hw["size"] in (4, 8, 16, 32) and hw["speedup"] == max(row["speedup"] for row in hw["table"])
+    with pytest.raises(UserError, match="n_p=30 is out of range"):
+        build(ACC, m, 2, 30)
