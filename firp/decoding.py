@@ -1,0 +1,159 @@
+"""FIRP on the shared tree loop: decoder ``firp``.
+
+Each step is one target forward (:meth:`common.target.Target.verify`) over the candidate tree
+(the root and the candidates the previous step's pseudo states guessed) and, for every tree
+node, ``K`` pseudo states: step ``i`` enters at layer ``t_i`` as an
+:class:`common.forward.Injection` whose states are computed inside the forward from the node's
+own real state there (``W_i h + b_i``). Node ``c``'s step-``i`` pseudo state sits at ``c``'s
+position + ``i`` and attends to ``c``, its ancestors, its own earlier pseudo states (unless
+``mask_earlier``) and itself; tree nodes never attend to pseudo states, so greedy acceptance is
+exact. The accepted node's pseudo states give the next step's guesses (the LM head is applied
+to those ``K`` rows only); every pseudo position leaves the cache with the rejected nodes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from common.decoders.base import Option
+from common.decoders.tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, candidates_from_topk
+from common.errors import UserError
+from common.forward import Injection, num_layers
+from common.training import fingerprint, load_trained, read_trained, save_trained
+from common.tree import TreeBuffers, build_tree, load_tree
+from common.tree_search import best_tree
+
+from .maps import FirpMaps
+
+# Step accuracy by rank when the checkpoint has no measured table (a prior of the usual shape).
+PRIOR_ACC = [[0.5 / (r + 1) ** 1.5 for r in range(8)] for _ in range(8)]
+
+
+def maps_meta(model, layers: list[int]) -> dict:
+    return {**fingerprint(model), "layers": list(layers)}
+
+
+def new_maps(model, layers: list[int]) -> FirpMaps:
+    with torch.device("cpu"):
+        maps = FirpMaps(model.config.hidden_size, layers, num_layers(model))
+    return maps.to(model.device, model.dtype)
+
+
+def default_layers(model, steps: int = 3) -> list[int]:
+    """The paper's prediction layers at the same fractions of depth (15/20/25 of 32 for the 7B
+    model: 14/19/23 of SmolLM2's 30), rounded and kept strictly increasing."""
+    d = num_layers(model)
+    out = []
+    for i in range(steps):
+        layer = min(d - 1, max(1, round(d * (15 + 5 * i) / 32)))
+        out.append(max(layer, out[-1] + 1) if out else layer)
+    if out[-1] >= d:  # a shallow model: the last layers below the top, one per step
+        if d - steps < 1:
+            raise UserError(f"{steps} prediction steps do not fit a {d}-layer model; valid: steps <= {d - 1}")
+        out = list(range(d - steps, d))
+    return out
+
+
+def pseudo_injections(tree: TreeBuffers, maps: FirpMaps, past: int, mask_earlier: bool = False) -> list[Injection]:
+    """The ``K`` pseudo-state injections of every tree node (one per step, ``N`` positions each,
+    in node order): see the module docstring. ``mask_earlier`` hides each step's earlier
+    pseudo states from it (Figure 7's masked variant)."""
+    N, dev = tree.size, tree.device
+    out = []
+    for i, layer in enumerate(maps.layers):
+        present = N * (i + 1)                                   # nodes + earlier steps' blocks, at layer t_i
+        allow = torch.zeros(N, present + N, dtype=torch.bool, device=dev)
+        allow[:, :N] = tree.ancestor_mask                       # the real context up to the anchor
+        if not mask_earlier:
+            for j in range(i):                                  # its own earlier pseudo states
+                allow[:, N * (j + 1):N * (j + 2)] = torch.eye(N, dtype=torch.bool, device=dev)
+        allow[:, present:] = torch.eye(N, dtype=torch.bool, device=dev)
+        out.append(Injection(layer, lambda h, i=i: maps(i, h[:N]), past + tree.depth + 1 + i, allow))
+    return out
+
+
+class FirpProposer(Proposer):
+    """Candidates from the accepted node's pseudo states of the previous step."""
+
+    def __init__(self, target, maps: FirpMaps, paths: tuple, device, mask_earlier: bool):
+        self.target, self.maps, self.device, self.mask_earlier = target, maps, device, mask_earlier
+        self.trees = {k: build_tree([p for p in paths if len(p) <= k]).to(device) for k in range(maps.steps + 1)}
+        self.width = max((r for p in paths for r in p), default=0) + 1
+        self.guesses: torch.Tensor | None = None
+        self.size = 0
+
+    def propose(self, state: ProposerState) -> Proposal:
+        depth = 0 if self.guesses is None else min(self.guesses.shape[0], max(state.remaining - 1, 0))
+        tree = self.trees[depth]
+        tokens = (candidates_from_topk(tree, self.guesses[:, :self.width]) if tree.size > 1
+                  else torch.zeros(0, dtype=torch.long, device=self.device))
+        self.size = tree.size
+        return Proposal(tree, tokens, injections=pseudo_injections(tree, self.maps, self.target.length, self.mask_earlier))
+
+    def update(self, result: StepResult) -> None:
+        last, N = int(result.path[-1]), self.size
+        rows = [last + N * i for i in range(self.maps.steps)]
+        logits = self.target.model.lm_head(result.verified.extra_hidden[rows])   # [K, V]
+        self.guesses = logits.topk(self.width, dim=-1).indices
+
+
+def _check_tree(value) -> None:
+    if isinstance(value, int) and not 1 <= value <= 256:
+        raise UserError(f"tree={value} is out of range; valid: 1..256 nodes (16, 32, 63 as in the paper), or a tree file")
+
+
+class Firp(TreeDecoder):
+    """Decoder ``firp``: maps from ``maps`` (a folder written by the training, ``maps.pt``),
+    tree ``tree`` (nodes, the best static tree for the checkpoint's measured step accuracies,
+    a prior when it has none; or a tree file)."""
+
+    name = "firp"
+    default_sampling = "typical"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {**super().options(), "maps": Option(None, (str, Path)),
+                "tree": Option(16, (int, str, Path), check=_check_tree), "mask_earlier": False}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        """Random maps (identity plus noise, so they sway the guesses): exactness must not
+        depend on what the pseudo states propose."""
+        out = []
+        for steps in (3, 1):
+            folder = Path(workdir) / f"firp_{steps}"
+            layers = default_layers(model, steps)
+            maps = new_maps(model, layers)
+            with torch.no_grad():
+                for lin in maps.maps:
+                    lin.weight.add_(torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(steps)) * 0.5)
+            save_trained(maps, folder / "maps.pt", maps_meta(model, layers))
+            out.append({"maps": str(folder), "tree": 12})
+        out.append({**out[0], "mask_earlier": True})
+        return out
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        folder = self.cfg["maps"]
+        if folder is None:
+            raise UserError("decoder 'firp' needs maps=<folder with maps.pt> (train: python -m firp.train)")
+        folder = Path(folder)
+        state = read_trained(folder / "maps.pt", hint="train FIRP's maps first (python -m firp.train)")
+        meta = state["identity"]["meta"]
+        layers = list(meta.get("layers", []))
+        if meta != maps_meta(model, layers):
+            raise UserError(f"FIRP maps at {folder} were trained for {meta}, not this model ({fingerprint(model)})")
+        self.maps = new_maps(model, layers)
+        load_trained(self.maps, state)
+        t = self.cfg["tree"]
+        if isinstance(t, int):
+            acc = state.get("acc") or PRIOR_ACC
+            self.paths = tuple(best_tree(acc[:self.maps.steps], t))
+        else:
+            self.paths = tuple(tuple(p) for p in load_tree(t).paths)
+            if max(map(len, self.paths), default=0) > self.maps.steps:
+                raise UserError(f"tree {t} is deeper than the {self.maps.steps} prediction steps")
+
+    def make_proposer(self, input_ids):
+        return FirpProposer(self.target, self.maps, self.paths, self.device, self.cfg["mask_earlier"])

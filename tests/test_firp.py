@@ -1,0 +1,94 @@
+"""FIRP's decoder on a tiny random LLaMA: pseudo states get exactly what a direct computation
+gives them (their layer, position and context), random maps decode vanilla's tokens while
+accepting guesses, and bad maps or layers are refused."""
+import pytest
+import torch
+
+from common.cache import crop_to
+from common.decoders import get_decoder
+from common.errors import UserError
+from common.fast import new_cache
+from common.forward import final_norm, num_layers, run_layers
+from common.target import make_target
+from common.training import save_trained
+from common.tree import build_tree
+from firp.decoding import default_layers, maps_meta, new_maps, pseudo_injections
+from firp.maps import FirpMaps
+
+PATHS = [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]
+
+
+def _noisy_maps(model, layers, seed=0):
+    maps = new_maps(model, layers)
+    with torch.no_grad():
+        for lin in maps.maps:
+            lin.weight.add_(torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(seed)) * 0.5)
+            lin.bias.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed + 1))
+    return maps
+
+
+@pytest.mark.parametrize("mask_earlier", [False, True])
+@torch.inference_mode()
+def test_pseudo_states_equal_a_direct_computation(chaotic_llama, mask_earlier):
+    """Node c's step-i pseudo state: W_i h_c(t_i) + b_i from c's real state at layer t_i, run
+    through layers t_i.. at position pos(c) + 1 + i against prefix ++ path(c) (and, unless
+    masked, c's earlier pseudo states): the same logits inside the tree forward."""
+    model = chaotic_llama
+    d = num_layers(model)
+    maps = _noisy_maps(model, [1, 2, 3])
+    tree = build_tree(PATHS)
+    g = torch.Generator().manual_seed(2)
+    prefix = torch.randint(3, 96, (1, 8), generator=g)
+    nodes = torch.randint(3, 96, (tree.size,), generator=g)
+    target = make_target(model)
+    target.start(prefix)
+    _, v = target.verify(nodes, tree, pseudo_injections(tree, maps, target.length, mask_earlier))
+    got = model.lm_head(v.extra_hidden).view(maps.steps, tree.size, -1)
+    for c in range(tree.size):
+        path = [c]
+        while int(tree.parents[path[-1]]) >= 0:
+            path.append(int(tree.parents[path[-1]]))
+        ids = torch.cat([prefix[0], nodes[list(reversed(path))]])[None]
+        L = ids.shape[1]
+        cache = new_cache(model)
+        real = model(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True).hidden_states
+        for i, layer in enumerate(maps.layers):
+            h = maps(i, real[layer][:, -1:])
+            out = run_layers(model, h, cache, layer, d, torch.tensor([[L + i]]))
+            if mask_earlier:
+                crop_to(cache, L)  # the next step must not see this one
+            want = model.lm_head(final_norm(model, out))[0, 0]
+            assert torch.allclose(got[i, c], want, atol=1e-4), (c, i)
+
+
+def test_random_maps_decode_vanillas_tokens_and_accept_some(chaotic_llama, tmp_path, one_thread):
+    model = chaotic_llama
+    layers = default_layers(model, 3)
+    save_trained(_noisy_maps(model, layers), tmp_path / "m" / "maps.pt", maps_meta(model, layers))
+    accepted = 0
+    for seed in range(6):
+        ids = torch.randint(3, 96, (1, 7), generator=torch.Generator().manual_seed(seed))
+        ref = get_decoder("vanilla", model).generate(ids, 40).tokens
+        out = get_decoder("firp", model, maps=str(tmp_path / "m"), tree=16).generate(ids, 40)
+        assert out.tokens == ref
+        accepted += sum(out.stats["accepted"])
+    assert accepted > 0
+
+
+def test_bad_maps_and_layers_are_refused(chaotic_llama, tiny, tmp_path):
+    with pytest.raises(UserError, match="must increase"):
+        FirpMaps(8, [3, 2])
+    with pytest.raises(UserError, match="K >= 1"):
+        FirpMaps(8, [])
+    with pytest.raises(UserError):
+        FirpMaps(8, [1, 9], depth=4)
+    maps = new_maps(tiny, [1, 2])
+    meta = maps_meta(tiny, [1, 2])
+    meta["hidden"] = 7
+    save_trained(maps, tmp_path / "m" / "maps.pt", meta)
+    with pytest.raises(UserError, match="trained for"):
+        get_decoder("firp", chaotic_llama, maps=str(tmp_path / "m"))
+    with pytest.raises(UserError, match="needs maps"):
+        get_decoder("firp", chaotic_llama)
+    with pytest.raises(UserError, match="out of range"):
+        get_decoder("firp", chaotic_llama, maps=str(tmp_path / "m"), tree=0)
