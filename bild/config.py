@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from common.config import section
 from common.errors import UserError, check_range
 
 VARIANTS = ("unaligned", "aligned")
@@ -105,9 +106,4 @@ def from_mapping(raw: Mapping) -> BildConfig:
 
 def from_profile(profile) -> BildConfig:
     """The BiLD config of a :class:`common.config.Profile` (its ``raw['bild']``)."""
-    if "bild" not in profile.raw:
-        raise UserError(f"profile {profile.name!r} has no bild section in config/config.yaml")
-    try:
-        return from_mapping(profile.raw["bild"])
-    except TypeError as e:  # unknown/missing keys when built outside the schema
-        raise UserError(f"bild config of profile {profile.name!r}: {e}") from None
+    return section(profile, "bild", from_mapping)

@@ -292,3 +292,14 @@ class Staged:
                 done.append(str(final / f.name))
         shutil.rmtree(self.tmp, ignore_errors=True)
         return done
+
+
+def section(profile: Profile, name: str, build):
+    """A paper package's section of a profile (``profile.raw[name]``) through its
+    ``build(mapping)``; a missing section or a key the builder does not take is one error."""
+    if name not in profile.raw:
+        raise UserError(f"profile {profile.name!r} has no {name} section in config/config.yaml")
+    try:
+        return build(profile.raw[name])
+    except TypeError as e:  # unknown/missing keys when built outside the schema
+        raise UserError(f"{name} config of profile {profile.name!r}: {e}") from None

@@ -20,7 +20,7 @@ from common.decoders.base import Option
 from common.decoders.tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, candidates_from_topk
 from common.errors import UserError
 from common.forward import Injection, num_layers
-from common.training import fingerprint, load_trained, read_trained, save_trained
+from common.training import fingerprint, load_trained, save_trained
 from common.tree import TreeBuffers, build_tree, load_tree
 from common.tree_search import best_tree
 
@@ -135,16 +135,9 @@ class Firp(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        folder = self.cfg["maps"]
-        if folder is None:
-            raise UserError("decoder 'firp' needs maps=<folder with maps.pt> (train: python -m firp.train)")
-        folder = Path(folder)
-        state = read_trained(folder / "maps.pt", hint="train FIRP's maps first (python -m firp.train)")
-        meta = state["identity"]["meta"]
-        layers = list(meta.get("layers", []))
-        if meta != maps_meta(model, layers):
-            raise UserError(f"FIRP maps at {folder} were trained for {meta}, not this model ({fingerprint(model)})")
-        self.maps = new_maps(model, layers)
+        _, state = self.trained_component("maps", "maps.pt", "python -m firp.train",
+                                          lambda meta: maps_meta(model, list(meta.get("layers", []))))
+        self.maps = new_maps(model, state["identity"]["meta"]["layers"])
         load_trained(self.maps, state)
         t = self.cfg["tree"]
         if isinstance(t, int):

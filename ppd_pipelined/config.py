@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from common.config import TrainConfig
+from common.config import TrainConfig, section
 from common.errors import UserError, check_layers, check_range
 
 TASKS = ("squad", "wmt", "cnn_dm")          # the paper's three tasks (Table 1), fixed keys
@@ -178,9 +178,4 @@ def from_mapping(c: Mapping) -> PPDConfig:
 
 def from_profile(profile) -> PPDConfig:
     """The PPD config of a :class:`common.config.Profile` (its ``raw['ppd_pipelined']``)."""
-    if "ppd_pipelined" not in profile.raw:
-        raise UserError(f"profile {profile.name!r} has no ppd_pipelined section in config/config.yaml")
-    try:
-        return from_mapping(profile.raw["ppd_pipelined"])
-    except TypeError as e:  # unknown/missing keys when built outside the schema
-        raise UserError(f"ppd_pipelined config of profile {profile.name!r}: {e}") from None
+    return section(profile, "ppd_pipelined", from_mapping)

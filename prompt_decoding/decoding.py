@@ -31,7 +31,7 @@ from common.decoders.base import Option
 from common.decoders.tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, candidates_from_topk
 from common.errors import UserError
 from common.forward import Injection
-from common.training import fingerprint, load_trained, read_trained, save_trained
+from common.training import fingerprint, load_trained, save_trained
 from common.tree import TreeBuffers, build_tree, load_tree
 
 from .prompts import MASKS, PromptTokens
@@ -176,16 +176,12 @@ class PromptDecoding(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        folder = self.cfg["prompt_tokens"]
-        if folder is None:
-            raise UserError("decoder 'prompt_decoding' needs prompt_tokens=<folder with prompts.pt>")
-        folder = Path(folder)
-        state = read_trained(folder / "prompts.pt", hint="train prompt tokens first (python -m prompt_decoding.train)")
+        def meta_for(meta):
+            m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
+            return prompts_meta(model, m, n, mask) if mask in MASKS else {"mask": f"one of {MASKS}"}
+        _, state = self.trained_component("prompt_tokens", "prompts.pt", "python -m prompt_decoding.train", meta_for)
         meta = state["identity"]["meta"]
-        m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
-        if mask not in MASKS or meta != prompts_meta(model, m, n, mask):
-            raise UserError(f"prompt tokens at {folder} were trained for {meta}, not this model "
-                            f"({fingerprint(model)})")
+        m, n, mask = meta["m"], meta["n"], meta["mask"]
         self.prompts = new_prompts(model, m, n, mask)
         load_trained(self.prompts, state)
         self.trees = self.make_trees(self.cfg["tree"], state.get("acc") or PRIOR_ACC, m)

@@ -6,6 +6,7 @@ import torch
 
 from common.cache import crop_to
 from common.decoders import get_decoder
+from decoding_checks import assert_component_checks, assert_exact_and_accepting
 from common.errors import UserError
 from common.fast import new_cache
 from common.forward import final_norm, num_layers, run_layers
@@ -65,14 +66,7 @@ def test_random_maps_decode_vanillas_tokens_and_accept_some(chaotic_llama, tmp_p
     model = chaotic_llama
     layers = default_layers(model, 3)
     save_trained(_noisy_maps(model, layers), tmp_path / "m" / "maps.pt", maps_meta(model, layers))
-    accepted = 0
-    for seed in range(6):
-        ids = torch.randint(3, 96, (1, 7), generator=torch.Generator().manual_seed(seed))
-        ref = get_decoder("vanilla", model).generate(ids, 40).tokens
-        out = get_decoder("firp", model, maps=str(tmp_path / "m"), tree=16).generate(ids, 40)
-        assert out.tokens == ref
-        accepted += sum(out.stats["accepted"])
-    assert accepted > 0
+    assert_exact_and_accepting(model, "firp", maps=str(tmp_path / "m"), tree=16)
 
 
 def test_bad_maps_and_layers_are_refused(chaotic_llama, tiny, tmp_path):
@@ -82,13 +76,7 @@ def test_bad_maps_and_layers_are_refused(chaotic_llama, tiny, tmp_path):
         FirpMaps(8, [])
     with pytest.raises(UserError):
         FirpMaps(8, [1, 9], depth=4)
-    maps = new_maps(tiny, [1, 2])
-    meta = maps_meta(tiny, [1, 2])
-    meta["hidden"] = 7
-    save_trained(maps, tmp_path / "m" / "maps.pt", meta)
-    with pytest.raises(UserError, match="trained for"):
-        get_decoder("firp", chaotic_llama, maps=str(tmp_path / "m"))
-    with pytest.raises(UserError, match="needs maps"):
-        get_decoder("firp", chaotic_llama)
+    assert_component_checks(chaotic_llama, "firp", "maps", "maps.pt", new_maps(tiny, [1, 2]),
+                            maps_meta(tiny, [1, 2]), tmp_path)
     with pytest.raises(UserError, match="out of range"):
-        get_decoder("firp", chaotic_llama, maps=str(tmp_path / "m"), tree=0)
+        get_decoder("firp", chaotic_llama, maps=str(tmp_path / "none"), tree=0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.decoders import get_decoder
+from decoding_checks import assert_component_checks, assert_exact_and_accepting
 from common.errors import UserError
 from common.forward import embed
 from common.target import make_target
@@ -69,27 +69,12 @@ def test_random_prompts_decode_vanillas_tokens_and_accept_some(chaotic_llama, tm
     model = chaotic_llama
     prompts = new_prompts(model, m=3, n=2, seed=5)
     save_trained(prompts, tmp_path / "p" / "prompts.pt", prompts_meta(model, 3, 2, "ensemble"))
-    accepted = 0
-    for seed in range(6):
-        ids = torch.randint(3, 96, (1, 7), generator=torch.Generator().manual_seed(seed))
-        ref = get_decoder("vanilla", model).generate(ids, 40).tokens
-        out = get_decoder("prompt_decoding", model, prompt_tokens=str(tmp_path / "p"), tree=20).generate(ids, 40)
-        assert out.tokens == ref
-        accepted += sum(out.stats["accepted"])
-    assert accepted > 0
+    assert_exact_and_accepting(model, "prompt_decoding", prompt_tokens=str(tmp_path / "p"), tree=20)
 
 
 def test_a_checkpoint_for_another_model_is_refused(chaotic_llama, tiny, tmp_path):
-    p = new_prompts(tiny, m=2, n=1)
-    meta = prompts_meta(tiny, 2, 1, "ensemble")
-    meta["hidden"] = 999
-    save_trained(p, tmp_path / "p" / "prompts.pt", meta)
-    with pytest.raises(UserError, match="trained for"):
-        get_decoder("prompt_decoding", chaotic_llama, prompt_tokens=str(tmp_path / "p"))
-    with pytest.raises(UserError, match="needs prompt_tokens"):
-        get_decoder("prompt_decoding", chaotic_llama)
-    with pytest.raises(UserError, match="does not exist"):
-        get_decoder("prompt_decoding", chaotic_llama, prompt_tokens=str(tmp_path / "none"))
+    assert_component_checks(chaotic_llama, "prompt_decoding", "prompt_tokens", "prompts.pt",
+                            new_prompts(tiny, m=2, n=1), prompts_meta(tiny, 2, 1, "ensemble"), tmp_path)
 
 
 @pytest.mark.parametrize("m,n,mask", [(3, 1, "ensemble"), (2, 3, "ensemble"), (2, 2, "decoder"), (2, 2, "encoder")])

@@ -151,6 +151,26 @@ class Decoder:
     def device(self) -> torch.device:
         return self.model.device
 
+    def trained_component(self, option: str, filename: str, train_cmd: str, meta_for) -> tuple[Path, dict]:
+        """The finished checkpoint an option names (a folder holding ``filename``), checked to
+        belong to this model: ``meta_for(stored meta) -> the meta this model would give it``.
+
+        Returns:
+            ``(folder, checkpoint state)`` (:func:`common.training.read_trained`).
+        """
+        from ..training import read_trained
+
+        folder = self.cfg[option]
+        if folder is None:
+            raise UserError(f"decoder {self.name!r} needs {option}=<folder with {filename}> (train: {train_cmd})")
+        folder = Path(folder)
+        state = read_trained(folder / filename, hint=f"train it first ({train_cmd})")
+        meta = state["identity"]["meta"]
+        want = meta_for(meta)
+        if meta != want:
+            raise UserError(f"{option} at {folder} were trained for {meta}, not for this model ({want})")
+        return folder, state
+
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
         """Decode up to ``max_new_tokens`` after ``input_ids`` (``[1, S]`` long)."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
