@@ -80,3 +80,53 @@ def test_bad_maps_and_layers_are_refused(chaotic_llama, tiny, tmp_path):
                             maps_meta(tiny, [1, 2]), tmp_path)
     with pytest.raises(UserError, match="out of range"):
         get_decoder("firp", chaotic_llama, maps=str(tmp_path / "none"), tree=0)
+
+
+@pytest.mark.parametrize("mask_earlier", [False, True])
+def test_training_logits_equal_the_decoding_forwards(chaotic_llama, mask_earlier):
+    """Every anchor of a sequence in one training pass gets the pseudo-state logits decoding
+    computes for a root-only tree at that anchor."""
+    from firp.train import anchor_logits, teacher_forward
+
+    model = chaotic_llama
+    maps = _noisy_maps(model, [1, 2, 3], seed=3)
+    ids = torch.randint(3, 96, (18,), generator=torch.Generator().manual_seed(5))
+    anchors = torch.tensor([4, 8, 13])
+    cache, hidden, _ = teacher_forward(model, ids)
+    with torch.no_grad():
+        got = anchor_logits(model, maps, cache, hidden, anchors, ids.numel(), mask_earlier)
+    assert cache.get_seq_length() == ids.numel()
+    root = build_tree([])
+    for b, q in enumerate(anchors.tolist()):
+        target = make_target(model)
+        target.start(ids[None, :q])
+        with torch.no_grad():
+            _, v = target.verify(ids[q:q + 1], root, pseudo_injections(root, maps, target.length, mask_earlier))
+        assert torch.allclose(got[b], model.lm_head(v.extra_hidden), atol=1e-4), q
+
+
+def test_training_reduces_the_loss_and_only_moves_the_maps(chaotic_llama):
+    from firp.train import sequence_loss, step_accuracy
+
+    model = chaotic_llama
+    frozen = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    maps = new_maps(model, [1, 2, 3])
+    seqs = [torch.randint(3, 96, (22,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    opt = torch.optim.AdamW(maps.parameters(), lr=3e-3, weight_decay=0.0)
+    anchors = torch.arange(3, 18)
+    losses = []
+    for _ in range(25):
+        loss = sum(sequence_loss(model, maps, s, anchors) for s in seqs) / len(seqs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.8 * losses[0], losses[::5]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    acc = step_accuracy(model, maps, seqs, [3, 3], topk=4)
+    assert len(acc) == 3 and all(len(r) == 4 for r in acc)
+    for p, r in zip(model.parameters(), frozen):
+        p.requires_grad_(r)
