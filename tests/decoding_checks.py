@@ -32,3 +32,26 @@ def assert_component_checks(model, name: str, option: str, filename: str, module
         get_decoder(name, model)
     with pytest.raises(UserError, match="does not exist"):
         get_decoder(name, model, **{option: str(tmp_path / "none")})
+
+
+def assert_training_learns(model, module, loss_fn, steps: int, lr: float) -> None:
+    """A few AdamW steps on ``module`` with the model frozen: ``loss_fn()`` falls by a fifth
+    at least and the model's weights do not move (its ``requires_grad`` flags are restored)."""
+    flags = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    try:
+        for _ in range(steps):
+            loss = loss_fn()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    finally:
+        for p, f in zip(model.parameters(), flags):  # fixtures are shared between tests
+            p.requires_grad_(f)
+    assert losses[-1] < 0.8 * losses[0], losses[::5]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
