@@ -186,6 +186,13 @@ def from_args(a, model, tokenizer) -> dict:
                          a.sequences, a.max_len, a.max_prompt_tokens, a.topk)
 
 
+def _provenance(model_name: str) -> dict:
+    """What a stats file says about where it was made (read by the components notebook)."""
+    from .hardware import code_version, describe
+
+    return {"model": model_name, "hardware": describe("cpu"), "code_version": code_version()}
+
+
 def component_main(description: str, add_component_args, train_fn, argv=None, lr: float = 1e-3,
                    batch_size: int = 4, eval_every: int = 50) -> None:
     """The one command line of components trained on the teacher cache (Medusa heads, the
@@ -230,6 +237,7 @@ def component_main(description: str, add_component_args, train_fn, argv=None, lr
     stop = Stopping(eval_every=a.eval_every, patience=a.patience, min_delta=a.min_delta, wall_budget_s=a.wall_budget)
     teacher = from_args(a, model, tok)
     stats = train_fn(a, model, tok, teacher, cfg, stop)
+    stats.update(_provenance(a.model))
     if a.stats_out:
         a.stats_out.parent.mkdir(parents=True, exist_ok=True)
         a.stats_out.write_text(json.dumps(stats, indent=1))
@@ -255,7 +263,7 @@ def _main(argv=None) -> None:
     stats = {"key": data["key"], "wall_s": data["wall_s"], "train_sequences": len(data["train"]),
              "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
-             "threads": torch.get_num_threads()}
+             "threads": torch.get_num_threads(), **_provenance(a.model)}
     if a.stats_out:
         a.stats_out.parent.mkdir(parents=True, exist_ok=True)
         a.stats_out.write_text(json.dumps(stats, indent=1))
