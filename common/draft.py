@@ -2,17 +2,20 @@
 
 The draft shares the target's tokenizer, embeddings, final norm and (tied) LM head, and keeps
 its first ``n_layers`` decoder layers; the layers and the norm are then distilled to the
-target's next-token distribution (KL on self-distilled ShareGPT answers; embeddings and head
-frozen). It is saved as an ordinary transformers checkpoint, so ``speculative`` and
+target's next-token distribution (its stored top-k over real ShareGPT text, the teacher cache
+of :mod:`common.teacher`; embeddings and head frozen) until the top-1 agreement with the
+target's greedy tokens on held-out greedy answers flattens. It is saved as an ordinary transformers checkpoint, so ``speculative`` and
 ``hf_assisted`` load it with ``draft=<folder>``; BiLD reuses the same family as its small model.
 
-    python -m common.draft --model smollm2-135m-instruct --layers 4 --out .cache/draft/embedded
+    python -m common.draft --model smollm2-135m-instruct --layers 4 --out .cache/components/embedded/draft \
+        --teacher .cache/components/embedded/teacher.pt --heldout-corpus .cache/components/embedded/corpus.pt
 """
 from __future__ import annotations
 
 import copy
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -21,7 +24,8 @@ from torch import nn
 from .errors import check_range, cli_main
 from .forward import num_layers
 from .models import param_count
-from .training import TrainConfig, train
+from .teacher import TeacherData
+from .training import Stopping, TrainConfig, train
 
 
 def truncated_copy(model, n_layers: int):
@@ -36,57 +40,121 @@ def truncated_copy(model, n_layers: int):
     return draft
 
 
-def kl_loss(target, temperature: float = 1.0):
-    """``(draft, batch) -> KL(target || draft)`` over answer positions, teacher run frozen."""
+def _batch(data: TeacherData, seqs: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``[B, T]`` ids of sequences ``seqs`` and the ``[B, T]`` flat index of each
+    position in ``data`` (-1 on padding; a causal model's real positions never see it)."""
+    spans = [data.span(s) for s in seqs]
+    width = max(b - a for a, b in spans)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    flat = torch.full((len(seqs), width), -1, dtype=torch.long)
+    for r, (a, b) in enumerate(spans):
+        ids[r, :b - a] = data.ids[a:b].long()
+        flat[r, :b - a] = torch.arange(a, b)
+    return ids.to(device), flat
+
+
+def topk_targets(data: TeacherData, flat: torch.Tensor, temperature: float = 1.0):
+    """The teacher's top-k ids ``[P, k]`` and renormalised probabilities ``[P, k]`` at ``flat``."""
+    logp = data.top_logp[flat].float() / temperature
+    return data.top_idx[flat].long(), logp.log_softmax(-1).exp()
+
+
+def kl_loss(data: TeacherData, temperature: float = 1.0):
+    """``(draft, batch of sequence indices) -> loss``: cross-entropy of the draft's full
+    next-token distribution against the target's stored top-k distribution, renormalised
+    (= KL(target_top-k || draft) up to the target's entropy, a constant), at every position.
+
+    Top-k instead of the full distribution: the cache stores 32 of 49 k probabilities per
+    position; on SmolLM2 over ShareGPT text they hold most of the mass, and the rest only
+    spreads the draft over tokens it would never propose.
+    """
     def loss(draft, batch):
-        total = 0.0
-        for ex in batch:
-            ids = torch.tensor([ex["ids"]], device=target.device)
-            t0 = ex["start"] - 1
-            with torch.no_grad():
-                p = target(input_ids=ids).logits[0, t0:-1] / temperature
-            q = draft(input_ids=ids).logits[0, t0:-1] / temperature
-            total = total + nn.functional.kl_div(q.log_softmax(-1), p.log_softmax(-1), log_target=True,
-                                                 reduction="batchmean")
-        return total / len(batch)
+        ids, flat = _batch(data, batch, draft.device)
+        ok = flat >= 0
+        logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1)  # [P, V]
+        idx, p = topk_targets(data, flat[ok], temperature)
+        return -(p.to(logq.device) * logq.gather(-1, idx.to(logq.device))).sum(-1).mean()
     return loss
 
 
-def distill(target, corpus: list[dict], n_layers: int, out_dir: Path, cfg: TrainConfig, tokenizer=None) -> dict:
-    """Build, distill and save the draft; returns its stats (size, training time, final loss)."""
+@torch.inference_mode()
+def evaluate(draft, data: TeacherData, batch_size: int = 8) -> dict:
+    """Held-out metrics at the answer positions of the greedy corpus: top-1 agreement of the
+    draft with the target's greedy token (the next id there), the top-k cross-entropy
+    (``heldout_loss``, the training loss) and KL(target top-k renormalised || draft)."""
+    answer = torch.zeros(data.n_tokens, dtype=torch.bool)
+    answer[data.answer_positions()] = True
+    hits = ce = kl = 0.0
+    n = 0
+    for i in range(0, len(data), batch_size):
+        ids, flat = _batch(data, list(range(i, min(i + batch_size, len(data)))), draft.device)
+        ok = flat >= 0
+        ok[ok.clone()] = answer[flat[ok]]
+        logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1).cpu()
+        f = flat[ok]
+        hits += float((logq.argmax(-1) == data.ids[f + 1].long()).sum())
+        idx, p = topk_targets(data, f)
+        lq = logq.gather(-1, idx)
+        ce += float(-(p * lq).sum())
+        kl += float((p * (p.clamp_min(1e-30).log() - lq)).sum())
+        n += f.numel()
+    n = max(n, 1)
+    return {"heldout_top1": round(hits / n, 4), "heldout_loss": round(ce / n, 4), "heldout_kl": round(kl / n, 4)}
+
+
+def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfig, tokenizer=None,
+            stop: Stopping | None = None, curve_path: Path | None = None) -> dict:
+    """Build, distill (on the teacher cache, :mod:`common.teacher`) and save the draft until
+    its held-out top-1 agreement flattens; returns its stats (size, wall time, curve ends)."""
     out_dir = Path(out_dir)
+    stop = stop or Stopping(eval_every=50)
     draft = truncated_copy(target, n_layers)
     for name, p in draft.named_parameters():
         # embeddings and the tied head stay the target's: only layers and the final norm learn
         p.requires_grad_(name.startswith("model.layers") or name.startswith("model.norm"))
     t0 = time.perf_counter()
-    log = train(draft, corpus, kl_loss(target), cfg, out_dir / "train.pt", out_dir / "train_log.jsonl",
-                meta={"layers": n_layers, "target": Path(str(target.config.name_or_path)).name},
-                desc="draft distillation")
+    tr, held = teacher["train"], teacher["heldout"]
+    curve_file = out_dir / "curve.jsonl"
+    log = train(draft, list(range(len(tr))), kl_loss(tr), cfg, out_dir / "train.pt", out_dir / "train_log.jsonl",
+                meta={"layers": n_layers, "target": Path(str(target.config.name_or_path)).name,
+                      "teacher": teacher["key"]},
+                desc="draft distillation", evaluate=lambda m: evaluate(m, held), stop=stop, curve_path=curve_file)
+    state = torch.load(out_dir / "train.pt", weights_only=False, map_location="cpu")
     for p in draft.parameters():
         p.requires_grad_(False)
     model_dir = out_dir / "model"
     draft.save_pretrained(model_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(model_dir)
+    curve = state["curve"]
     stats = {"layers": n_layers, "params": param_count(draft),
              "params_not_shared": sum(p.numel() for n, p in draft.named_parameters() if n.startswith("model.layers")),
-             "train_wall_s": time.perf_counter() - t0, "first_loss": log[0]["loss"], "final_loss": log[-1]["loss"],
-             "train_sequences": len(corpus)}
+             "train_wall_s": time.perf_counter() - t0, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
+             "steps": state["step"], "first_loss": log[0]["loss"] if log else None,
+             "final_loss": log[-1]["loss"] if log else None,
+             "untrained": {k: v for k, v in curve[0].items() if k.startswith("heldout")},
+             "final": {k: v for k, v in curve[-1].items() if k.startswith("heldout")},
+             "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
+             "stopping": asdict(stop), "config": asdict(cfg), "teacher": teacher["key"],
+             "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads()}
     (out_dir / "stats.json").write_text(json.dumps(stats, indent=1))
+    if curve_path is not None and Path(curve_path) != curve_file:
+        Path(curve_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(curve_path).write_text(curve_file.read_text())
     return stats
 
 
 def _main(argv=None) -> None:
-    from .selfdistill import component_main
+    from .teacher import component_main
 
     def add_args(ap):
         ap.add_argument("--layers", type=int, default=4)
 
-    def run(a, model, tok, corpus, cfg):
-        return distill(model, corpus, a.layers, a.out, cfg, tok)
+    def run(a, model, tok, teacher, cfg, stop):
+        return distill(model, teacher, a.layers, a.out, cfg, tok, stop, a.curve_out)
 
-    component_main("distill a draft model from the target's first layers", add_args, run, argv, lr=5e-4)
+    component_main("distill a draft model from the target's first layers on the teacher cache", add_args, run,
+                   argv, lr=5e-4, batch_size=4)
 
 
 if __name__ == "__main__":

@@ -4,20 +4,25 @@ Head ``k`` (0-based) reads the base model's last hidden state at position ``t`` 
 final norm) and predicts token ``t + k + 2`` (the base LM head predicts ``t + 1``). Each head
 is a residual SiLU block (zero-initialized, so it starts as the identity) followed by its own
 vocabulary projection initialized from the base LM head. The base model stays frozen;
-heads train on the base model's own greedy outputs (:mod:`common.selfdistill`).
+heads train on its own next-token predictions over real text (the teacher cache,
+:mod:`common.teacher`) until the held-out top-1 of head 1 flattens, and are measured on its
+greedy continuations (:mod:`common.selfdistill`).
 
-    python -m common.medusa --model smollm2-135m-instruct --out .cache/medusa/embedded
-        [--heads 4 --prompts 96 --answer-tokens 128 --epochs 2 --lr 1e-3]
+    python -m common.medusa --model smollm2-135m-instruct --out .cache/components/embedded/medusa \
+        --teacher .cache/components/embedded/teacher.pt --heldout-corpus .cache/components/embedded/corpus.pt \
+        [--heads 4 --share-lm-head --batch-size 256 --eval-every 50 --wall-budget 900]
 
-writes ``heads.pt`` (checkpoint), ``stats.json`` (top-k accuracy per head and rank on held-out
-answers, training wall time, parameter count) and ``tree_16.json``, ``tree_32.json``,
-``tree_63.json`` (best sparse trees for those accuracies, :mod:`common.tree_search`).
+writes ``heads.pt`` (checkpoint), ``curve.jsonl`` (held-out loss and top-1 per head by step),
+``stats.json`` (top-k accuracy per head and rank on held-out answers, wall times, parameter
+count) and ``tree_16.json``, ``tree_32.json``, ``tree_63.json`` (best sparse trees for those
+accuracies, :mod:`common.tree_search`).
 Decoder ``medusa`` verifies the heads' candidates with the tree loop.
 """
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -26,7 +31,8 @@ from torch import nn
 from .decoders.base import Option
 from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk
 from .errors import UserError, check_range, cli_main
-from .training import TrainConfig, fingerprint, load_trained, read_trained, save_trained, train
+from .teacher import TeacherData
+from .training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, save_trained, train
 from .tree import chain_paths, load_tree, save_tree
 from .tree_search import best_tree, expected_accept_length
 
@@ -61,6 +67,7 @@ class MedusaHeads(nn.Module):
         super().__init__()
         check_range("n_heads", n_heads, 1)
         self.blocks = nn.ModuleList(ResBlock(hidden) for _ in range(n_heads))
+        self._lm_head: tuple = ()  # set by for_decoding
         if share_lm_head:
             if lm_head_weight is None:
                 raise UserError("share_lm_head needs the base model's LM head weight")
@@ -73,89 +80,222 @@ class MedusaHeads(nn.Module):
                 for o in self.out:
                     o.weight.data.copy_(lm_head_weight)
 
-    def head_logits(self, k: int, h: torch.Tensor) -> torch.Tensor:
-        """Head ``k`` alone: ``[..., H] -> [..., V]``."""
+    def head_logits(self, k: int, h: torch.Tensor, vocab: torch.Tensor | None = None) -> torch.Tensor:
+        """Head ``k`` alone: ``[..., H] -> [..., V]`` (or ``[..., len(vocab)]``: the scores of
+        those token ids only, for training over a vocabulary subset)."""
         x = self.blocks[k](h)
-        return nn.functional.linear(x, self.shared_weight) if self.out is None else self.out[k](x)
+        if vocab is not None:
+            w = self.shared_weight if self.out is None else self.out[k].weight
+            return nn.functional.linear(x, w[vocab.to(w.device)])
+        return self._project(x) if self.out is None else self.out[k](x)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.out is None:  # one product for all heads
-            return nn.functional.linear(torch.stack([b(h) for b in self.blocks]), self.shared_weight)
+            return self._project(torch.stack([b(h) for b in self.blocks]))
         return torch.stack([o(b(h)) for b, o in zip(self.blocks, self.out)])
 
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        if self._lm_head:  # the base model's (packed) LM head module: same weight, faster
+            return self._lm_head[0](x)
+        return nn.functional.linear(x, self.shared_weight)
 
-@torch.inference_mode()
-def features(model, corpus: list[dict]) -> list[dict]:
-    """Frozen forward over each sequence: final normed hidden states ``[T, H]`` and ids ``[T]``."""
-    out = []
-    for ex in corpus:
-        ids = torch.tensor([ex["ids"]], device=model.device)
-        h = model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states[-1][0]
-        out.append({"h": h.clone(), "ids": ids[0], "start": ex["start"]})
+    def for_decoding(self, model) -> "MedusaHeads":
+        """Make proposals cheap on the fast path (:func:`common.fast.accelerate`): shared heads
+        project through ``model.lm_head`` (a prepacked ``PackedLinear`` there, the same weight),
+        own heads get their linears packed. Call after loading the weights; training is
+        unaffected either way (packed linears run the dense path under autograd)."""
+        fast = getattr(model, "_fast_path", None)
+        if not fast or not fast.get("packed"):
+            return self
+        from .fast import PackedLinear, pack_linears
+
+        if self.out is None:
+            if isinstance(model.lm_head, PackedLinear) and model.lm_head.weight is not None \
+                    and model.lm_head.weight.data_ptr() == self.shared_weight.data_ptr():
+                self._lm_head = (model.lm_head,)  # a tuple: not a submodule, not in the state dict
+        else:
+            pack_linears(self)
+        return self
+
+
+def head_labels(data: TeacherData, positions: torch.Tensor, n_heads: int, source: str) -> torch.Tensor:
+    """``[n_heads, P]`` targets of head ``k`` at flat positions ``t`` (-100: none).
+
+    Decoding asks head ``k`` at ``h_t`` for the token the model will say at ``t + k + 2`` after
+    its own greedy tokens at ``t + 1 .. t + k + 1``. Teacher-forced text gives:
+
+    * ``"teacher"``: the model's own greedy token ``argmax[t + k + 1]`` (its prediction of token
+      ``t + k + 2`` after the *real* tokens up to ``t + k + 1``), at every position;
+    * ``"greedy"``: the same label, kept only where the real text followed the model's greedy
+      path from ``t + 1`` to ``t + k + 1`` (``ids[t + j + 1] == argmax[t + j]``): there it is
+      exactly what decoding needs, at the price of fewer positions for deeper heads;
+    * ``"text"``: the real token ``ids[t + k + 2]`` (Medusa-1 on ShareGPT).
+
+    On the greedy held-out corpus the three coincide up to rounding.
+    """
+    if source not in LABELS:
+        raise UserError(f"labels={source!r} is unknown; valid: {', '.join(LABELS)}")
+    seq = torch.searchsorted(data.offsets, positions, right=True) - 1
+    end = data.offsets[seq + 1]  # [P] one past each position's sequence
+    out = torch.full((n_heads, positions.numel()), -100, dtype=torch.long)
+    on_path = torch.ones(positions.numel(), dtype=torch.bool)
+    follows = torch.zeros(data.n_tokens + 1, dtype=torch.bool)  # follows[j]: ids[j + 1] == argmax[j]
+    follows[:-2] = data.ids[1:] == data.argmax[:-1]
+    for k in range(n_heads):
+        j = positions + k + (2 if source == "text" else 1)
+        ok = j < end
+        if source == "greedy":
+            on_path &= follows[(positions + k).clamp(max=data.n_tokens)] & ok
+            ok = on_path
+        src = data.ids if source == "text" else data.argmax
+        out[k, ok] = src[j[ok]].long()
     return out
 
 
-def _pairs(ex: dict, k: int):
-    """(hidden rows, targets) for head k over the answer: position t predicts ids[t + k + 2]."""
-    t0, T = ex["start"] - 1, ex["ids"].numel()
-    if T - k - 2 <= t0:
-        return None
-    return ex["h"][t0:T - k - 2], ex["ids"][t0 + k + 2:]
+LABELS = ("teacher", "greedy", "text")
 
 
-def loss_fn(heads: MedusaHeads, batch: list[dict]) -> torch.Tensor:
-    """Sum over heads of 0.8^k-weighted cross-entropy (Medusa's head weighting)."""
-    total = 0.0
-    for k in range(len(heads.blocks)):
-        pairs = [p for p in (_pairs(ex, k) for ex in batch) if p is not None]
-        if not pairs:
-            continue
-        h = torch.cat([p[0] for p in pairs])
-        y = torch.cat([p[1] for p in pairs])
-        total = total + 0.8 ** k * nn.functional.cross_entropy(heads.head_logits(k, h), y)
-    return total
+class HeadData:
+    """Positions, hidden states and per-head targets drawn from a :class:`TeacherData`.
+
+    Training items are single positions (indices into ``positions``): a head reads one hidden
+    state, so batches mix positions of many sequences.
+    """
+
+    def __init__(self, data: TeacherData, positions: torch.Tensor, n_heads: int, source: str):
+        self.positions = positions
+        self.hidden = data.hidden[positions]  # [P, H] fp16
+        self.labels = head_labels(data, positions, n_heads, source)  # [K, P]
+        keep = self.labels[0] >= 0
+        self.positions, self.hidden, self.labels = positions[keep], self.hidden[keep], self.labels[:, keep]
+
+    def __len__(self) -> int:
+        return self.positions.numel()
+
+
+def make_loss(data: HeadData, vocab: torch.Tensor | None = None):
+    """``(heads, batch of item indices) -> loss``: sum over heads of 0.8^k-weighted cross-entropy
+    (Medusa's head weighting) against ``data.labels``.
+
+    ``vocab``: train the softmax over these token ids only (sorted; every label must be in it).
+    With the shared LM head the projection onto SmolLM2's 49 k-token vocabulary is almost all of
+    a step's cost; the tokens the base model ever predicts greedily on the training text (the
+    teacher labels) are a few thousand, so a step over them is several times cheaper. Tokens
+    outside get no gradient (they keep the LM head's own scores); held-out accuracy is always
+    measured over the full vocabulary.
+    """
+    remap = None
+    if vocab is not None:
+        remap = torch.full((int(vocab.max()) + 2,), -100, dtype=torch.long)
+        remap[vocab] = torch.arange(vocab.numel())
+
+    def loss(heads: MedusaHeads, batch: list[int]) -> torch.Tensor:
+        idx = torch.tensor(batch)
+        dev, dt = heads.blocks[0].linear.weight.device, heads.blocks[0].linear.weight.dtype
+        h = data.hidden[idx].to(dev, dt)
+        total = 0.0
+        for k in range(len(heads.blocks)):
+            y = data.labels[k, idx]
+            ok = y >= 0
+            if not ok.any():
+                continue
+            if vocab is None:
+                logits, y = heads.head_logits(k, h[ok]), y[ok]
+            else:
+                logits, y = heads.head_logits(k, h[ok], vocab), remap[y[ok]]
+            total = total + 0.8 ** k * nn.functional.cross_entropy(logits, y.to(dev))
+        return total
+    return loss
 
 
 @torch.inference_mode()
-def topk_accuracy(heads: MedusaHeads, feats: list[dict], topk: int = TOPK) -> list[list[float]]:
-    """``acc[k][r]``: how often head k's rank-r candidate is the base model's token."""
-    acc = []
-    for k in range(len(heads.blocks)):
-        hits, n = torch.zeros(topk, device=heads.blocks[0].linear.weight.device), 0
-        for ex in feats:
-            p = _pairs(ex, k)
-            if p is None:
+def evaluate(heads: MedusaHeads, data: HeadData, topk: int = TOPK, chunk: int = 1024) -> dict:
+    """Held-out metrics over the full vocabulary: per head cross-entropy, top-1 and the rank-r
+    hit rates ``topk[k][r]`` (how often head k's rank-r candidate is the target)."""
+    dev, dt = heads.blocks[0].linear.weight.device, heads.blocks[0].linear.weight.dtype
+    K = len(heads.blocks)
+    hits, nll, n = torch.zeros(K, topk), torch.zeros(K), torch.zeros(K)
+    for i in range(0, len(data), chunk):
+        h = data.hidden[i:i + chunk].to(dev, dt)
+        for k in range(K):
+            y = data.labels[k, i:i + chunk].to(dev)
+            ok = y >= 0
+            if not ok.any():
                 continue
-            ranks = heads.head_logits(k, p[0]).topk(topk, dim=-1).indices
-            hits += (ranks == p[1][:, None]).float().sum(0)
-            n += p[1].numel()
-        acc.append((hits / max(n, 1)).tolist())
-    return acc
+            logits = heads.head_logits(k, h[ok]).float()
+            nll[k] += nn.functional.cross_entropy(logits, y[ok], reduction="sum").cpu()
+            ranks = logits.topk(topk, dim=-1).indices
+            hits[k] += (ranks == y[ok][:, None]).float().sum(0).cpu()
+            n[k] += int(ok.sum())
+    n = n.clamp(min=1)
+    acc = (hits / n[:, None])
+    return {"heldout_loss": [round(float(x), 4) for x in nll / n],
+            "heldout_top1": [round(float(x), 4) for x in acc[:, 0]],
+            "heldout_topk": acc.tolist()}
 
 
-def train_heads(model, corpus: list[dict], out_dir: Path, n_heads: int = 4, holdout: int = 16,
-                cfg: TrainConfig = TrainConfig(), share_lm_head: bool = False) -> dict:
-    """Train heads on ``corpus`` (:mod:`common.selfdistill` format) minus the last ``holdout``
-    sequences, measure top-k accuracies on those, build trees; returns and saves stats."""
+def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: TrainConfig = TrainConfig(),
+                share_lm_head: bool = False, stop: Stopping | None = None, labels: str = "teacher",
+                train_vocab: str = "labels", curve_path: Path | None = None) -> dict:
+    """Train heads on the teacher cache (:mod:`common.teacher`), stop when the held-out curve
+    flattens, measure top-k accuracies on the held-out greedy answers, build trees.
+
+    Labels are the base model's own greedy tokens (``labels="teacher"``): the heads must guess
+    what the model will say, which on real text differs from what the text says next, and
+    decoding accepts a head's token only when it equals the model's greedy one. Every position
+    of the training text trains (prompt and reply); held-out positions are the answers only.
+
+    Args:
+        teacher: the dict :func:`common.teacher.load_or_build` returns.
+        stop: evaluation period and early stopping (default: every 50 steps, patience 3,
+            tolerance 0.005 on head-1 top-1).
+        train_vocab: ``"labels"`` (softmax over the teacher labels' tokens, see
+            :func:`make_loss`) or ``"full"``.
+    Returns:
+        stats (also ``out_dir/stats.json``); the learning curve goes to ``curve_path`` and
+        ``out_dir/curve.jsonl``.
+    """
     out_dir = Path(out_dir)
-    check_range("holdout", holdout, 1, len(corpus) - 1)
+    if train_vocab not in ("labels", "full"):
+        raise UserError(f"train_vocab={train_vocab!r} is unknown; valid: labels, full")
+    stop = stop or Stopping(eval_every=50)
     t0 = time.perf_counter()
-    feats = features(model, corpus)
-    train_feats, held = feats[:-holdout], feats[-holdout:]
+    tr, held = teacher["train"], teacher["heldout"]
+    train_data = HeadData(tr, torch.arange(tr.n_tokens), n_heads, labels)
+    held_data = HeadData(held, held.answer_positions(), n_heads, "text")
+    vocab = None
+    if train_vocab == "labels":
+        vocab = torch.unique(train_data.labels[train_data.labels >= 0])
     heads = new_heads(model, n_heads, share_lm_head)
     meta = heads_meta(model, n_heads, share_lm_head)
-    log = train(heads, train_feats, loss_fn, cfg, out_dir / "heads.pt", out_dir / "train_log.jsonl",
-                meta=meta, desc="medusa heads")
-    acc = topk_accuracy(heads, held)
-    stats = {"accuracy": acc, "train_wall_s": time.perf_counter() - t0, "meta": meta,
-             "params": sum(p.numel() for p in heads.parameters()), "final_loss": log[-1]["loss"],
-             "train_sequences": len(train_feats), "holdout_sequences": len(held), "trees": {}}
+    curve_file = out_dir / "curve.jsonl"
+    log = train(heads, list(range(len(train_data))), make_loss(train_data, vocab), cfg, out_dir / "heads.pt",
+                out_dir / "train_log.jsonl", meta={**meta, "labels": labels, "train_vocab": train_vocab},
+                desc="medusa heads", stop=stop, curve_path=curve_file,
+                evaluate=lambda m: {k: v for k, v in evaluate(m, held_data).items() if k != "heldout_topk"})
+    state = torch.load(out_dir / "heads.pt", weights_only=False)
+    final = evaluate(heads, held_data)
+    acc = final["heldout_topk"]
+    curve = state["curve"]
+    stats = {"accuracy": acc, "heldout_top1": final["heldout_top1"], "heldout_loss": final["heldout_loss"],
+             "untrained_top1": curve[0]["heldout_top1"], "train_wall_s": time.perf_counter() - t0,
+             "curve_wall_s": state["wall_s"], "stopped": state["stopped"], "steps": state["step"],
+             "meta": meta, "labels": labels, "train_vocab": train_vocab,
+             "train_vocab_size": None if vocab is None else int(vocab.numel()),
+             "params": sum(p.numel() for p in heads.parameters()), "final_loss": log[-1]["loss"] if log else None,
+             "train_positions": len(train_data), "train_sequences": len(tr), "train_tokens": tr.n_tokens,
+             "heldout_sequences": len(held), "heldout_positions": len(held_data),
+             "stopping": asdict(stop), "config": asdict(cfg), "teacher": teacher["key"],
+             "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads(), "trees": {}}
     for n in TREE_SIZES:
         paths = best_tree(acc, n)
         stats["trees"][n] = expected_accept_length(paths, acc)
         save_tree(out_dir / f"tree_{n}.json", paths, expected_accept_length=stats["trees"][n],
                   source="medusa top-k accuracy on held-out self-distilled answers")
     (out_dir / "stats.json").write_text(json.dumps(stats, indent=1))
+    if curve_path is not None and Path(curve_path) != curve_file:
+        Path(curve_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(curve_path).write_text(curve_file.read_text())
     return stats
 
 
@@ -223,10 +363,11 @@ class Medusa(TreeDecoder):
         state = read_trained(folder / "heads.pt", hint="train Medusa heads first (python -m common.medusa)")
         meta = state["identity"]["meta"]
         n_heads, shared = int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))
-        if meta != heads_meta(model, n_heads, shared):
+        if {k: meta[k] for k in meta if k not in ("labels", "train_vocab")} != heads_meta(model, n_heads, shared):
             raise UserError(f"Medusa heads at {folder} were trained for {meta}, not {heads_meta(model, n_heads, shared)}")
         self.heads = new_heads(model, n_heads, shared)
         load_trained(self.heads, state)
+        self.heads.for_decoding(model)
         t = self.cfg["tree"]
         self.tree = load_tree(folder / f"tree_{t}.json" if isinstance(t, int) else t).to(self.device)
         if self.tree.max_depth > n_heads:
@@ -243,20 +384,22 @@ def _check_tree(value) -> None:
 
 
 def _main(argv=None) -> None:
-    from .selfdistill import component_main
+    from .teacher import component_main
 
     def add_args(ap):
         ap.add_argument("--heads", type=int, default=4)
-        ap.add_argument("--holdout", type=int, default=16)
         ap.add_argument("--share-lm-head", action="store_true",
                         help="project every head through the base model's frozen LM head (train the blocks only)")
+        ap.add_argument("--labels", choices=LABELS, default="teacher")
+        ap.add_argument("--train-vocab", choices=("labels", "full"), default="labels")
 
-    def run(a, model, tok, corpus, cfg):
-        stats = train_heads(model, corpus, a.out, a.heads, a.holdout, cfg, a.share_lm_head)
-        print("top-1 accuracy per head:", [round(r[0], 3) for r in stats["accuracy"]])
+    def run(a, model, tok, teacher, cfg, stop):
+        stats = train_heads(model, teacher, a.out, a.heads, cfg, a.share_lm_head, stop, a.labels,
+                            a.train_vocab, a.curve_out)
+        print("held-out top-1 per head:", stats["heldout_top1"])
         return stats
 
-    component_main("train Medusa-1 heads on self-distilled ShareGPT answers", add_args, run, argv, epochs=2)
+    component_main("train Medusa-1 heads on the teacher cache", add_args, run, argv, batch_size=256)
 
 
 if __name__ == "__main__":

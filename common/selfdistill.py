@@ -1,8 +1,11 @@
 """Self-distillation corpus: the base model's own greedy answers to ShareGPT prompts.
 
 Medusa heads, the distilled draft model, FIRP's maps and prompt tokens all learn to predict
-what the *base model* will say next, so they train on its own outputs (Medusa-2's
-self-distillation) rather than on ShareGPT's human-written replies.
+what the *base model* will say next. This corpus is exactly what decoding sees (the model's
+own greedy continuations), so the Medusa heads and the draft are *measured* on it (the
+held-out set of :mod:`common.teacher`); they *train* on the cheaper teacher-forced pass over
+real text. The corpus takes the first ``n_prompts`` ShareGPT prompts; the teacher's training
+text starts after them.
 """
 from __future__ import annotations
 
@@ -59,52 +62,6 @@ def load_or_build(path: Path, model, tokenizer, **kw) -> list[dict]:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"kw": kw, "corpus": corpus}, path)
     return corpus
-
-
-def component_main(description: str, add_args, train_fn, argv=None, epochs: int = 1, lr: float = 1e-3) -> None:
-    """The one command line of components trained on the self-distillation corpus (Medusa
-    heads, the distilled draft): common flags, frozen model, shared corpus, stats out.
-
-    Args:
-        add_args: ``(parser) -> None`` adds the component's own flags.
-        train_fn: ``(args, model, tokenizer, corpus, TrainConfig) -> stats dict``.
-    """
-    import argparse
-    import json
-
-    from .errors import UserError
-    from .models import load_model
-    from .training import TrainConfig
-
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--corpus", type=Path, required=True, help="self-distillation corpus cache (shared)")
-    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
-    ap.add_argument("--prompts", type=int, default=96)
-    ap.add_argument("--answer-tokens", type=int, default=128)
-    ap.add_argument("--epochs", type=int, default=epochs)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=lr)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    add_args(ap)
-    a = ap.parse_args(argv)
-    if a.threads is not None:
-        if a.threads < 1:
-            raise UserError(f"--threads={a.threads} is out of range; valid: >= 1")
-        torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    model, tok = load_model(a.model)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    cfg = TrainConfig(lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed, warmup_frac=0.04)
-    corpus = load_or_build(a.corpus, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
-    stats = train_fn(a, model, tok, corpus, cfg)
-    if a.stats_out:
-        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
-        a.stats_out.write_text(json.dumps(stats, indent=1))
-    print(json.dumps(stats, indent=1))
 
 
 def _main(argv=None) -> None:

@@ -5,13 +5,19 @@ FIRP's linear maps, prompt tokens) trains a small module on top of a frozen mode
 :func:`train`. A checkpoint holds the module, optimizer, scheduler, step, RNG state and the
 config it was trained with; resuming with another config is an error, not a silent mix.
 Resuming gives exactly the parameters of an uninterrupted run (same seed, same batches).
+
+With an ``evaluate`` callback the loop also keeps a **learning curve** (held-out metrics every
+``Stopping.eval_every`` steps, appended to a JSONL and to the checkpoint, so a resumed run
+continues it) and stops when the held-out metric flattens or a wall-time budget is spent
+(:class:`Stopping`); ``cfg.epochs`` is then only an upper bound.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from .config import TrainConfig  # defined torch-free (the workflow builds it while planning)
-from .errors import UserError
+from .errors import UserError, check_range
 
 
 def _schedule(total: int, warmup: int):
@@ -30,9 +36,51 @@ def _schedule(total: int, warmup: int):
     return f
 
 
+@dataclass(frozen=True)
+class Stopping:
+    """When training stops before ``cfg.epochs``: the held-out curve has flattened, or the
+    wall-time budget is spent. Not part of a checkpoint's identity (it changes when training
+    ends, not what a step computes).
+
+    Attributes:
+        eval_every: steps between held-out evaluations (one more runs before the first step).
+        patience: evaluations looked back over.
+        min_delta: the flattening tolerance: stop when the best ``metric`` of the last
+            ``patience`` evaluations beats the best before them by less than this.
+        metric: key of the ``evaluate`` result to watch, larger is better (e.g. head-1 top-1).
+        wall_budget_s: stop (after one last evaluation) once training and evaluation have taken
+            this long, counted across resumes; None: no budget.
+    """
+    eval_every: int
+    patience: int = 3
+    min_delta: float = 0.005
+    metric: str = "heldout_top1"
+    wall_budget_s: float | None = None
+
+    def __post_init__(self):
+        check_range("eval_every", self.eval_every, 1)
+        check_range("patience", self.patience, 1)
+        check_range("min_delta", self.min_delta, 0)
+        if self.wall_budget_s is not None and not self.wall_budget_s > 0:
+            raise UserError(f"wall_budget_s={self.wall_budget_s} is out of range; valid: > 0 or None")
+
+    def flattened(self, curve: list[dict]) -> bool:
+        """True when the last ``patience`` evaluations improved ``metric`` by < ``min_delta``."""
+        values = [_scalar(r[self.metric]) for r in curve]
+        if len(values) <= self.patience:
+            return False
+        return max(values[-self.patience:]) - max(values[:-self.patience]) < self.min_delta
+
+
+def _scalar(v) -> float:
+    """A metric that is a list (per head) is watched through its first entry (head 1)."""
+    return float(v[0] if isinstance(v, (list, tuple)) else v)
+
+
 def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.nn.Module, list], torch.Tensor],
           cfg: TrainConfig, ckpt_path: Path, log_path: Path | None = None, meta: dict | None = None,
-          desc: str = "train") -> list[dict]:
+          desc: str = "train", evaluate: Callable[[torch.nn.Module], dict] | None = None,
+          stop: Stopping | None = None, curve_path: Path | None = None) -> list[dict]:
     """Train ``module`` on ``examples`` with AdamW; resume from ``ckpt_path`` if it exists.
 
     Args:
@@ -43,9 +91,18 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         log_path: JSONL of ``{step, epoch, loss, lr}`` per step (rewritten on resume).
         meta: stored in the checkpoint beside the config (e.g. base model, layer indices);
             resuming with a different ``meta`` is an error.
+        evaluate: ``(module) -> dict`` of held-out metrics (run under ``inference_mode``, the
+            module in eval mode); needs ``stop``. Its results, with ``step``, ``wall_s``,
+            ``examples_seen`` and ``train_loss`` (mean since the previous evaluation), form
+            the learning curve, stored in the checkpoint and (rewritten after every
+            evaluation) in ``curve_path``.
+        stop: when to end before ``cfg.epochs`` (:class:`Stopping`).
     Returns:
-        the per-step log.
+        the per-step log. The checkpoint's ``curve`` and ``stopped`` (why training ended:
+        ``"flat"``, ``"wall budget"`` or ``"epochs"``) are read with :func:`read_trained`.
     """
+    if (evaluate is None) != (stop is None):
+        raise UserError("train: evaluate and stop go together")
     if not examples:
         raise UserError("no training examples")
     ckpt_path = Path(ckpt_path)
@@ -55,7 +112,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, max(1, round(cfg.warmup_frac * total))))
     identity = {"config": asdict(cfg), "meta": meta or {}, "n_examples": len(examples)}
-    step, log = 0, []
+    step, log, curve, wall, stopped = 0, [], [], 0.0, None
     if ckpt_path.is_file():
         state = torch.load(ckpt_path, weights_only=False)
         if state["identity"] != identity:
@@ -65,17 +122,36 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step, log = state["step"], state["log"]
+        curve, wall, stopped = state.get("curve", []), state.get("wall_s", 0.0), state.get("stopped")
+    t_start = time.perf_counter() - wall  # wall time counts across resumes
 
     def save():
         tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
         ckpt_path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"identity": identity, "module": module.state_dict(), "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(), "step": step, "log": log, "done": step >= total}, tmp)
+                    "scheduler": sched.state_dict(), "step": step, "log": log, "curve": curve,
+                    "wall_s": time.perf_counter() - t_start, "stopped": stopped,
+                    "done": step >= total or stopped is not None}, tmp)
         os.replace(tmp, ckpt_path)
 
+    def run_eval():
+        module.eval()
+        with torch.inference_mode():
+            res = evaluate(module)
+        module.train()
+        since = [r["loss"] for r in log if r["step"] > (curve[-1]["step"] if curve else 0)]
+        curve.append({"step": step, "wall_s": round(time.perf_counter() - t_start, 2),
+                      "examples_seen": step * cfg.batch_size,
+                      "train_loss": sum(since) / len(since) if since else None, **res})
+        if curve_path is not None:
+            _write_jsonl(curve_path, curve)
+
     module.train()
+    if evaluate is not None and not curve and stopped is None:
+        run_eval()  # the untrained component: the curve's first point
+        save()
     bar = tqdm(total=total, initial=step, desc=desc, unit="step")
-    while step < total:
+    while step < total and stopped is None:
         epoch, b = divmod(step, n_batches)
         # The permutation depends only on (seed, epoch): a resumed run sees the same batches.
         order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
@@ -93,16 +169,35 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         log.append({"step": step, "epoch": epoch, "loss": lv, "lr": sched.get_last_lr()[0]})
         bar.update(1)
         bar.set_postfix(loss=f"{lv:.3f}")
+        if evaluate is not None:
+            over = stop.wall_budget_s is not None and time.perf_counter() - t_start >= stop.wall_budget_s
+            if step % stop.eval_every == 0 or step == total or over:
+                run_eval()
+                bar.write(f"{desc} step {step}: " + ", ".join(
+                    f"{k}={_fmt(v)}" for k, v in curve[-1].items() if k.startswith("heldout")))
+                stopped = "flat" if stop.flattened(curve) else "wall budget" if over \
+                    else "epochs" if step == total else None
+                save()
+                continue
         if step % cfg.checkpoint_every == 0 or step == total:
             save()
     bar.close()
     module.eval()
     if log_path is not None:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(log_path) + ".partial")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in log))
-        os.replace(tmp, log_path)
+        _write_jsonl(log_path, log)
     return log
+
+
+def _fmt(v) -> str:
+    return "[" + ", ".join(f"{x:.3f}" for x in v) + "]" if isinstance(v, (list, tuple)) else f"{v:.4f}"
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(path) + ".partial")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
 
 
 def fingerprint(model) -> dict:

@@ -76,3 +76,16 @@ def parent_of_heads(wildcards, output):
 def parent_of_draft(wildcards, output):
     """The draft's output folder (the saved model sits in its model/ subfolder)."""
     return str(Path(output.model).parent.parent)
+
+
+def stopping_flags(c):
+    """The early-stopping flags of a component's config (common.training.Stopping)."""
+    flags = f"--max-epochs {c['max_epochs']} --eval-every {c['eval_every']} --patience {c['patience']}" \
+            f" --min-delta {c['min_delta']}"
+    return flags + (f" --wall-budget {c['wall_budget_s']}" if c.get("wall_budget_s") else "")
+
+
+def teacher_flags(c, t):
+    """Where the teacher cache is and how it was made (it is rebuilt if these change)."""
+    return (f"--heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']} --sequences {t['sequences']}"
+            f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")

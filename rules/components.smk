@@ -1,6 +1,9 @@
-# Trained components shared by several methods: the self-distillation corpus (the base model's
-# own answers), Medusa heads (+ trees), the distilled draft model. Checkpoints live in the
-# git-ignored cache; their statistics are copied under results/ for the notebooks.
+# Trained components shared by several methods. The teacher cache (one teacher-forced pass of
+# the base model over ShareGPT text: hidden states, greedy tokens, top-k log-probabilities) is
+# what they train on; the self-distillation corpus (the base model's own greedy answers) is
+# what they are measured on, held out. Training stops when the held-out curve flattens (or at
+# the wall budget). Checkpoints live in the git-ignored cache; statistics and learning curves
+# are copied under results/ for the notebooks.
 from common.medusa import TREE_SIZES
 
 COMP = f".cache/components/{P.name}"
@@ -20,38 +23,59 @@ rule selfdistill_corpus:
         " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
 
 
+rule teacher_cache:
+    input: model_files(), corpus=f"{COMP}/corpus.pt"
+    output:
+        cache=f"{COMP}/teacher.pt",
+        stats=f"{ROOT}/cross/raw/teacher_stats.json",
+    conda: "../env.yml"
+    log: f"{LOGS}/teacher_cache.log"
+    benchmark: f"{BENCH}/teacher_cache.tsv"
+    threads: workflow.cores
+    params: env=ENV, py=PY, m=P.model, t=P.threads, flags=teacher_flags(C["corpus"], C["teacher"])
+    shell:
+        "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
+        " --heldout-corpus {input.corpus} {params.flags} --stats-out {output.stats} --threads {params.t} > {log} 2>&1"
+
+
 rule train_medusa:
-    input: f"{COMP}/corpus.pt"
+    input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
     output:
         heads=f"{COMP}/medusa/heads.pt",
         trees=[f"{COMP}/medusa/tree_{n}.json" for n in TREE_SIZES],
         stats=f"{ROOT}/cross/raw/medusa_stats.json",
+        curve=f"{ROOT}/cross/raw/medusa_curve.jsonl",
     conda: "../env.yml"
     log: f"{LOGS}/train_medusa.log"
     benchmark: f"{BENCH}/train_medusa.tsv"
     threads: workflow.cores
     params:
-        env=ENV, py=PY, m=P.model, c=C["corpus"], h=C["medusa"], t=P.threads, out=parent_of_heads,
+        env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, out=parent_of_heads,
         share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
+        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["medusa"]),
     shell:
-        "{params.env} {params.py} -m common.medusa --model {params.m} --corpus {input} --out {params.out}"
-        " --stats-out {output.stats} --heads {params.h[heads]} --holdout {params.h[holdout]} {params.share}"
-        " --epochs {params.h[epochs]} --lr {params.h[lr]} --batch-size {params.h[batch_size]}"
-        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
+        "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
+        " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+        " --stats-out {output.stats} --curve-out {output.curve} --heads {params.h[heads]} {params.share}"
+        " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
+        " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --threads {params.t} > {log} 2>&1"
 
 
 rule distill_draft:
-    input: f"{COMP}/corpus.pt"
+    input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
     output:
         model=f"{COMP}/draft/model/config.json",
         stats=f"{ROOT}/cross/raw/draft_stats.json",
+        curve=f"{ROOT}/cross/raw/draft_curve.jsonl",
     conda: "../env.yml"
     log: f"{LOGS}/distill_draft.log"
     benchmark: f"{BENCH}/distill_draft.tsv"
     threads: workflow.cores
-    params: env=ENV, py=PY, m=P.model, c=C["corpus"], d=C["draft"], t=P.threads, out=parent_of_draft
+    params:
+        env=ENV, py=PY, m=P.model, d=C["draft"], t=P.threads, out=parent_of_draft,
+        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["draft"]),
     shell:
-        "{params.env} {params.py} -m common.draft --model {params.m} --corpus {input} --out {params.out}"
-        " --stats-out {output.stats} --layers {params.d[layers]} --epochs {params.d[epochs]}"
-        " --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
-        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
+        "{params.env} {params.py} -m common.draft --model {params.m} --teacher {input.teacher}"
+        " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+        " --stats-out {output.stats} --curve-out {output.curve} --layers {params.d[layers]} {params.stop}"
+        " --lr {params.d[lr]} --batch-size {params.d[batch_size]} --threads {params.t} > {log} 2>&1"

@@ -1,12 +1,14 @@
-"""The distilled draft: first layers of the target, KL distillation lowers the loss, exactness."""
+"""The distilled draft: first layers of the target, distillation on the teacher cache lowers the
+loss and the held-out divergence, the held-out metrics, exactness."""
 import pytest
 import torch
 
 from common.decoders import get_decoder
-from common.draft import distill, truncated_copy
+from common.draft import distill, evaluate, truncated_copy
 from common.errors import UserError
 from common.forward import embed, logits_from_hidden, run_layers
-from common.training import TrainConfig
+from common.teacher import teacher_pass
+from common.training import Stopping, TrainConfig
 
 
 def test_truncated_copy_is_the_first_layers(tiny):
@@ -20,17 +22,36 @@ def test_truncated_copy_is_the_first_layers(tiny):
         truncated_copy(tiny, 4)
 
 
-def test_distilled_draft_is_exact_in_speculative(tiny, tmp_path):
-    van = get_decoder("vanilla", tiny)
+def corpus(model, n, seed0):
+    van = get_decoder("vanilla", model)
     van.eos = set()
-    corpus = []
-    for i in range(6):
-        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(i)).tolist()
-        corpus.append({"ids": prompt + van.generate(torch.tensor([prompt]), 16).tokens, "start": len(prompt)})
+    out = []
+    for i in range(n):
+        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(seed0 + i)).tolist()
+        out.append({"ids": prompt + van.generate(torch.tensor([prompt]), 16).tokens, "start": len(prompt)})
+    return out
+
+
+def test_heldout_metrics_of_the_target_itself(chaotic_llama):
+    """The target as its own draft: full agreement, zero divergence; a one-layer copy: neither
+    (the chaotic model, whose greedy output depends on the context)."""
+    held = teacher_pass(chaotic_llama, corpus(chaotic_llama, 3, 50), 96, 2)  # top-k = the whole vocabulary
+    r = evaluate(chaotic_llama, held)
+    assert r["heldout_top1"] == 1.0 and abs(r["heldout_kl"]) < 1e-3
+    other = evaluate(truncated_copy(chaotic_llama, 1), held)
+    assert other["heldout_top1"] < 1.0 and other["heldout_kl"] > 0.01
+
+
+def test_distilled_draft_is_exact_in_speculative(tiny, tmp_path):
+    teacher = {"key": {"test": 1}, "train": teacher_pass(tiny, corpus(tiny, 6, 0), 8, 4),
+               "heldout": teacher_pass(tiny, corpus(tiny, 3, 50), 8, 4)}
     for p in tiny.parameters():
         p.requires_grad_(False)
-    stats = distill(tiny, corpus, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2))
+    stats = distill(tiny, teacher, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2),
+                    stop=Stopping(eval_every=3, patience=5), curve_path=tmp_path / "curve_copy.jsonl")
     assert stats["final_loss"] < stats["first_loss"]
+    assert set(stats["final"]) == {"heldout_top1", "heldout_loss", "heldout_kl"} and stats["steps"] == 9
+    assert (tmp_path / "curve_copy.jsonl").read_text() == (tmp_path / "curve.jsonl").read_text()
     assert (tmp_path / "model" / "config.json").is_file()
     from transformers import AutoModelForCausalLM
     draft = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()

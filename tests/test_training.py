@@ -1,9 +1,13 @@
-"""The shared training loop: loss goes down, resume equals an uninterrupted run, config checks."""
+"""The shared training loop: loss goes down, resume equals an uninterrupted run, config checks,
+the held-out curve and early stopping."""
+import json
+import time
+
 import pytest
 import torch
 
 from common.errors import UserError
-from common.training import TrainConfig, load_trained, train
+from common.training import Stopping, TrainConfig, load_trained, read_trained, train
 
 DATA = [(torch.randn(4, generator=torch.Generator().manual_seed(i)), i % 3) for i in range(40)]
 
@@ -58,3 +62,91 @@ def test_checkpoint_identity_is_checked(tmp_path):
         load_trained(fresh(), tmp_path / "nope.pt")
     with pytest.raises(UserError, match="batch_size=0"):
         TrainConfig(batch_size=0)
+
+
+# -- held-out curve and early stopping -----------------------------------------------------
+def synthetic(values):
+    """An ``evaluate`` callback returning ``values`` in turn (a scripted held-out curve)."""
+    it = iter(values)
+    return lambda m: {"heldout_loss": 0.0, "heldout_top1": next(it)}
+
+
+def test_flattened_rule():
+    stop = Stopping(eval_every=1, patience=3, min_delta=0.01)
+    rows = lambda vs: [{"heldout_top1": v} for v in vs]  # noqa: E731
+    assert not stop.flattened(rows([0.1, 0.2, 0.2]))  # too short to judge
+    assert stop.flattened(rows([0.1, 0.3, 0.302, 0.305, 0.309]))  # +0.009 over 3 evaluations
+    assert not stop.flattened(rows([0.1, 0.3, 0.302, 0.305, 0.311]))
+    assert not stop.flattened(rows([0.1, 0.3, 0.2, 0.2, 0.31]))
+    assert stop.flattened(rows([[0.1, 0.0], [0.3, 0.9], [0.3, 0.0], [0.3, 0.0], [0.3, 0.0]]))  # head 1 watched
+    with pytest.raises(UserError, match="eval_every=0"):
+        Stopping(eval_every=0)
+
+
+def test_stops_on_a_flat_curve_not_on_a_rising_one(tmp_path):
+    cfg = TrainConfig(lr=0.05, epochs=10, batch_size=8, checkpoint_every=3)  # 50 steps at most
+    stop = Stopping(eval_every=5, patience=2, min_delta=0.01)
+    flat = [0.1, 0.2, 0.25, 0.255, 0.258] + [0.26] * 20
+    train(fresh(), DATA, loss_fn, cfg, tmp_path / "flat.pt", evaluate=synthetic(flat), stop=stop,
+          curve_path=tmp_path / "flat.jsonl")
+    state = read_trained(tmp_path / "flat.pt")
+    assert state["stopped"] == "flat" and state["step"] == 20  # evaluations at 0, 5, 10, 15, 20
+    curve = [json.loads(l) for l in (tmp_path / "flat.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve] == [0, 5, 10, 15, 20] and curve == state["curve"]
+    assert curve[0]["train_loss"] is None and curve[1]["examples_seen"] == 40
+    rising = [0.1 + 0.05 * i for i in range(20)]
+    train(fresh(), DATA, loss_fn, cfg, tmp_path / "rising.pt", evaluate=synthetic(rising), stop=stop)
+    state = read_trained(tmp_path / "rising.pt")
+    assert state["stopped"] == "epochs" and state["step"] == 50 and len(state["curve"]) == 11
+
+
+def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
+    cfg = TrainConfig(lr=0.05, epochs=10, batch_size=8)
+
+    def slow(m, b):
+        time.sleep(0.05)
+        return loss_fn(m, b)
+
+    stop = Stopping(eval_every=100, patience=2, wall_budget_s=0.3)
+    train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=stop)
+    state = read_trained(tmp_path / "w.pt")
+    assert state["stopped"] == "wall budget" and 3 <= state["step"] < 50
+    assert state["curve"][-1]["step"] == state["step"] and state["wall_s"] >= 0.3
+
+
+def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):
+    cfg = TrainConfig(lr=0.05, epochs=6, batch_size=8, checkpoint_every=4)
+    stop = Stopping(eval_every=3, patience=2, min_delta=0.0)
+
+    def heldout(m):  # a real held-out metric of the module: accuracy on the data
+        x = torch.stack([d[0] for d in DATA])
+        y = torch.tensor([d[1] for d in DATA])
+        out = m(x)
+        return {"heldout_loss": round(float(torch.nn.functional.cross_entropy(out, y)), 6),
+                "heldout_top1": round(float((out.argmax(-1) == y).float().mean()), 6)}
+
+    full = fresh()
+    train(full, DATA, loss_fn, cfg, tmp_path / "a.pt", evaluate=heldout, stop=stop)
+    part = fresh()
+    calls = {"n": 0}
+
+    def stopping(m, b):
+        calls["n"] += 1
+        if calls["n"] == 11:  # between the step-8 checkpoint and the step-12 one
+            raise KeyboardInterrupt
+        return loss_fn(m, b)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(part, DATA, stopping, cfg, tmp_path / "b.pt", evaluate=heldout, stop=stop)
+    with pytest.raises(UserError, match="unfinished"):
+        read_trained(tmp_path / "b.pt")
+    resumed = fresh()
+    train(resumed, DATA, loss_fn, cfg, tmp_path / "b.pt", evaluate=heldout, stop=stop,
+          curve_path=tmp_path / "b.jsonl")
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    a, b = read_trained(tmp_path / "a.pt"), read_trained(tmp_path / "b.pt")
+    drop = lambda c: [{k: v for k, v in r.items() if k != "wall_s"} for r in c]  # noqa: E731
+    assert drop(a["curve"]) == drop(b["curve"]) and a["stopped"] == b["stopped"] and a["step"] == b["step"]
+    assert len((tmp_path / "b.jsonl").read_text().splitlines()) == len(b["curve"])
+    assert b["curve"][-1]["wall_s"] >= b["curve"][-2]["wall_s"]

@@ -1,0 +1,274 @@
+"""The teacher cache: one teacher-forced pass of the frozen base model, shared by every head trainer.
+
+Medusa heads and the distilled draft learn to predict what the *base model* says next. Instead
+of generating the model's own answers (13 min for 61 k tokens on the 2-core CPU), one batched
+forward over real ShareGPT text (prompt and reference reply under the chat template) gives, at
+every position, the model's final normed hidden state and its own next-token distribution:
+its argmax (the greedy token it would emit there) and its top-``k`` log-probabilities. Heads
+then train on the model's own predictions (self-distillation) without any generation.
+
+The held-out set is different on purpose: the base model's own *greedy* continuations
+(:mod:`common.selfdistill`, of prompts the training text never contains), since that is what
+decoding sees. It goes through the same pass, so every trainer reads one file:
+
+    python -m common.teacher --model smollm2-135m-instruct --out .cache/components/embedded/teacher.pt \\
+        --heldout-corpus .cache/components/embedded/corpus.pt --heldout-prompts 32 --sequences 256
+
+The file is keyed by the model's fingerprint and every setting; a change rebuilds it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .data import load_dataset_samples
+from .errors import UserError, check_range, cli_main
+from .prompts import encode_prompt
+from .training import fingerprint
+
+VERSION = 1  # bump when the stored layout changes
+
+
+@dataclass
+class TeacherData:
+    """Sequences flattened along one token axis (``N`` tokens, ``S`` sequences).
+
+    Attributes:
+        ids: ``[N]`` token ids.
+        hidden: ``[N, H]`` fp16 final normed hidden states (what the LM head reads).
+        argmax: ``[N]`` the model's greedy next token at each position (predicts ``ids[t+1]``).
+        top_idx, top_logp: ``[N, k]`` its top-``k`` next-token ids and log-probabilities (fp16).
+        offsets: ``[S + 1]`` sequence ``s`` is ``[offsets[s], offsets[s+1])``.
+        start: ``[S]`` length of each sequence's prompt (its answer starts there).
+    """
+    ids: torch.Tensor
+    hidden: torch.Tensor
+    argmax: torch.Tensor
+    top_idx: torch.Tensor
+    top_logp: torch.Tensor
+    offsets: torch.Tensor
+    start: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.start.numel()
+
+    @property
+    def n_tokens(self) -> int:
+        return self.ids.numel()
+
+    def span(self, s: int) -> tuple[int, int]:
+        return int(self.offsets[s]), int(self.offsets[s + 1])
+
+    def answer_positions(self) -> torch.Tensor:
+        """Flat indices of positions whose next token is an answer token (``t >= start - 1``,
+        ``t + 1`` inside the sequence): the positions decoding predicts from."""
+        out = [torch.arange(a + int(p) - 1, b - 1) for (a, b), p in
+               ((self.span(s), self.start[s]) for s in range(len(self)))]
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+
+
+@torch.inference_mode()
+def teacher_pass(model, seqs: list[dict], topk: int = 32, batch_size: int = 8,
+                 desc: str = "teacher pass") -> TeacherData:
+    """Teacher-forced forward of ``model`` over ``seqs`` (``{"ids": [...], "start": int}``).
+
+    Sequences are sorted by length and batched with right padding: a causal model's real
+    positions never attend to the padding after them, so no mask is needed and the padded
+    positions are dropped.
+    """
+    check_range("topk", topk, 1)
+    check_range("batch_size", batch_size, 1)
+    if not seqs:
+        raise UserError("teacher pass: no sequences")
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]["ids"]))
+    parts: dict[int, tuple] = {}
+    dev = model.device
+    for i in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch"):
+        chunk = order[i:i + batch_size]
+        width = max(len(seqs[j]["ids"]) for j in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long, device=dev)
+        for r, j in enumerate(chunk):
+            ids[r, :len(seqs[j]["ids"])] = torch.tensor(seqs[j]["ids"], device=dev)
+        h = model.model(input_ids=ids).last_hidden_state  # [B, T, H], after the final norm
+        logp = model.lm_head(h).float().log_softmax(-1)  # [B, T, V]
+        v, k = logp.topk(topk, dim=-1)
+        for r, j in enumerate(chunk):
+            n = len(seqs[j]["ids"])
+            parts[j] = (ids[r, :n].int().cpu(), h[r, :n].half().cpu(), k[r, :n, 0].int().cpu(),
+                        k[r, :n].int().cpu(), v[r, :n].half().cpu())
+        del logp
+    cols = list(zip(*(parts[j] for j in range(len(seqs)))))
+    lengths = torch.tensor([len(s["ids"]) for s in seqs])
+    return TeacherData(ids=torch.cat(cols[0]), hidden=torch.cat(cols[1]), argmax=torch.cat(cols[2]),
+                       top_idx=torch.cat(cols[3]), top_logp=torch.cat(cols[4]),
+                       offsets=torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+                       start=torch.tensor([int(s["start"]) for s in seqs]))
+
+
+def sharegpt_text(tokenizer, n: int, skip: int = 0, max_len: int = 256, max_prompt_tokens: int = 96,
+                  dataset: str = "sharegpt") -> list[dict]:
+    """``n`` real conversations after the first ``skip`` samples (the held-out prompts): the
+    first human turn under the chat template (its last ``max_prompt_tokens`` tokens, as the
+    self-distillation corpus cuts prompts), then the reference reply and end-of-turn, cut at
+    ``max_len`` tokens."""
+    check_range("max_len", max_len, 2)
+    samples = load_dataset_samples(dataset, n=skip + n)[skip:]
+    if len(samples) < n:
+        raise UserError(f"{dataset} has {len(samples) + skip} samples, fewer than skip + n = {skip + n}")
+    eos = tokenizer.eos_token_id
+    out = []
+    for s in samples:
+        prompt = encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist()
+        reply = tokenizer(s.reference or "", add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+        out.append({"ids": (prompt + reply)[:max_len], "start": min(len(prompt), max_len - 1)})
+    return out
+
+
+def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_prompts: int,
+                  answer_tokens: int, sequences: int, max_len: int = 256, max_prompt_tokens: int = 96,
+                  topk: int = 32, batch_size: int = 8) -> dict:
+    """The teacher cache at ``path`` (git-ignored), built once and reused while the model and
+    every setting match.
+
+    Returns:
+        ``{"key", "train": TeacherData (ShareGPT text), "heldout": TeacherData (greedy
+        continuations), "wall_s": {"heldout_corpus", "heldout_pass", "train_pass"}}``.
+    """
+    from . import selfdistill
+
+    key = {"version": VERSION, **fingerprint(model), "heldout_prompts": heldout_prompts,
+           "answer_tokens": answer_tokens, "sequences": sequences, "max_len": max_len,
+           "max_prompt_tokens": max_prompt_tokens, "topk": topk}
+    path = Path(path)
+    if path.is_file():
+        data = torch.load(path, weights_only=True)  # tensors and plain values only
+        if data.get("key") == key:
+            return {**data, "train": TeacherData(**data["train"]), "heldout": TeacherData(**data["heldout"])}
+    wall = {}
+    t = time.perf_counter()
+    corpus = selfdistill.load_or_build(heldout_corpus, model, tokenizer, n_prompts=heldout_prompts,
+                                       max_new_tokens=answer_tokens)
+    wall["heldout_corpus"] = time.perf_counter() - t
+    t = time.perf_counter()
+    held = teacher_pass(model, corpus, topk, batch_size, desc="teacher pass (held-out greedy)")
+    wall["heldout_pass"] = time.perf_counter() - t
+    t = time.perf_counter()
+    text = sharegpt_text(tokenizer, sequences, skip=heldout_prompts, max_len=max_len,
+                         max_prompt_tokens=max_prompt_tokens)
+    train = teacher_pass(model, text, topk, batch_size, desc="teacher pass (ShareGPT text)")
+    wall["train_pass"] = time.perf_counter() - t
+    data = {"key": key, "train": train, "heldout": held, "wall_s": wall}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    torch.save({**data, "train": vars(train), "heldout": vars(held)}, tmp)
+    tmp.replace(path)
+    return data
+
+
+def add_args(ap) -> None:
+    """The teacher cache's settings, shared by this CLI and the trainers' command line."""
+    ap.add_argument("--teacher", type=Path, required=True, help="teacher cache (built if missing or stale)")
+    ap.add_argument("--heldout-corpus", type=Path, required=True, help="held-out greedy corpus cache")
+    ap.add_argument("--heldout-prompts", type=int, default=32)
+    ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--sequences", type=int, default=256, help="ShareGPT conversations in the teacher pass")
+    ap.add_argument("--max-len", type=int, default=256)
+    ap.add_argument("--max-prompt-tokens", type=int, default=96)
+    ap.add_argument("--topk", type=int, default=32)
+
+
+def from_args(a, model, tokenizer) -> dict:
+    return load_or_build(a.teacher, model, tokenizer, a.heldout_corpus, a.heldout_prompts, a.answer_tokens,
+                         a.sequences, a.max_len, a.max_prompt_tokens, a.topk)
+
+
+def _provenance(model_name: str) -> dict:
+    """What a stats file says about where it was made (read by the components notebook)."""
+    from .hardware import code_version, describe
+
+    return {"model": model_name, "hardware": describe("cpu"), "code_version": code_version()}
+
+
+def component_main(description: str, add_component_args, train_fn, argv=None, lr: float = 1e-3,
+                   batch_size: int = 4, eval_every: int = 50) -> None:
+    """The one command line of components trained on the teacher cache (Medusa heads, the
+    distilled draft): common flags, frozen model, shared cache, early stopping, stats out.
+
+    Args:
+        add_component_args: ``(parser) -> None`` adds the component's own flags.
+        train_fn: ``(args, model, tokenizer, teacher dict, TrainConfig, Stopping) -> stats``.
+    """
+    import argparse
+    import json
+
+    from .models import load_model
+    from .training import Stopping, TrainConfig
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
+    ap.add_argument("--curve-out", type=Path, default=None, help="the learning curve JSONL (results/)")
+    ap.add_argument("--max-epochs", type=int, default=20, help="upper bound; early stopping ends sooner")
+    ap.add_argument("--batch-size", type=int, default=batch_size)
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--eval-every", type=int, default=eval_every, help="steps between held-out evaluations")
+    ap.add_argument("--patience", type=int, default=3, help="evaluations looked back over")
+    ap.add_argument("--min-delta", type=float, default=0.005, help="flattening tolerance on the watched metric")
+    ap.add_argument("--wall-budget", type=float, default=None, help="seconds of training (and evaluation)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    add_args(ap)
+    add_component_args(ap)
+    a = ap.parse_args(argv)
+    if a.threads is not None:
+        if a.threads < 1:
+            raise UserError(f"--threads={a.threads} is out of range; valid: >= 1")
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model, tok = load_model(a.model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    cfg = TrainConfig(lr=a.lr, epochs=a.max_epochs, batch_size=a.batch_size, seed=a.seed, warmup_frac=0.02)
+    stop = Stopping(eval_every=a.eval_every, patience=a.patience, min_delta=a.min_delta, wall_budget_s=a.wall_budget)
+    teacher = from_args(a, model, tok)
+    stats = train_fn(a, model, tok, teacher, cfg, stop)
+    stats.update(_provenance(a.model))
+    if a.stats_out:
+        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
+        a.stats_out.write_text(json.dumps(stats, indent=1))
+    print(json.dumps({k: v for k, v in stats.items() if k != "accuracy"}, indent=1))
+
+
+def _main(argv=None) -> None:
+    import argparse
+    import json
+
+    from .models import load_model
+
+    ap = argparse.ArgumentParser(description="build the teacher cache (one teacher-forced pass of the base model)")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--stats-out", type=Path, default=None, help="sizes and wall times (JSON)")
+    add_args(ap)
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, tok = load_model(a.model)
+    data = from_args(a, model, tok)
+    stats = {"key": data["key"], "wall_s": data["wall_s"], "train_sequences": len(data["train"]),
+             "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
+             "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
+             "threads": torch.get_num_threads(), **_provenance(a.model)}
+    if a.stats_out:
+        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
+        a.stats_out.write_text(json.dumps(stats, indent=1))
+    print(json.dumps(stats, indent=1))
+
+
+if __name__ == "__main__":
+    cli_main(_main)

@@ -1,0 +1,118 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # Trained components: learning curves
+# The Medusa heads and the distilled draft train on one teacher-forced pass of the frozen base
+# model over ShareGPT text (`common.teacher`: its hidden states and its own next-token
+# distributions, no generation) and are measured, every `eval_every` steps, on a held-out set
+# of the base model's own greedy answers to other ShareGPT prompts (`common.selfdistill`):
+# for Medusa, top-1 of each head against the token the model says k + 2 positions later; for
+# the draft, top-1 agreement with the target's greedy token and the divergence from the
+# target's top-k distribution. Training stops when the best held-out top-1 (head 1 for Medusa)
+# of the last `patience` evaluations beats the best before them by less than `min_delta`, or
+# when the wall budget is spent (`common.training.Stopping`); `stopped` says which. Wall times
+# are of the machine named below; the teacher pass is counted separately. No paper reports
+# these curves for this model, so no paper numbers stand beside them.
+
+# %%
+import dataclasses
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from common.config import Staged, artifact_inputs, check_inputs, load_profile
+from common.records import read_jsonl
+from common.report import write_table
+
+base = Path(results_root) / package
+if inputs is None:  # run by hand: the same list the rule declares, for this results root
+    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
+inputs = check_inputs(inputs)
+stats = {Path(p).name.removesuffix("_stats.json"): json.loads(Path(p).read_text())
+         for p in inputs if p.endswith("_stats.json")}
+curves = {Path(p).name.removesuffix("_curve.jsonl"): pd.DataFrame(read_jsonl(p))
+          for p in inputs if p.endswith("_curve.jsonl")}
+teacher = stats.pop("teacher")
+key = teacher["key"]
+meta = {"artifact": artifact_id, "model": key["base"],
+        "data": (f"train: teacher-forced pass over {teacher['train_sequences']} ShareGPT conversations "
+                 f"({teacher['train_tokens']} tokens, <= {key['max_len']} each, top-{key['topk']} stored); "
+                 f"held out: greedy answers ({key['answer_tokens']} tokens) to the first "
+                 f"{key['heldout_prompts']} ShareGPT prompts ({teacher['heldout_answer_positions']} positions)"),
+        "profile": profile,
+        "hardware": ", ".join(sorted({s["hardware"] for s in (teacher, *stats.values()) if "hardware" in s})) or "unknown",
+        "code_version": ", ".join(sorted({s.get("code_version", "unknown") for s in (teacher, *stats.values())})),
+        "sources": ", ".join(str(p) for p in inputs)}
+staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+meta
+
+# %% md
+# One row per component: the budget it took (steps, examples, wall time) and the held-out
+# top-1 before training (step 0), at its best evaluation and at the end. Medusa's examples are
+# positions (each trains all heads), the draft's are sequences.
+
+# %%
+def top1(v):
+    return v[0] if isinstance(v, list) else v
+
+
+rows = []
+for name, c in curves.items():
+    s = stats[name]
+    t = c.heldout_top1.map(top1)
+    rows.append({"component": name, "steps": int(c.step.iloc[-1]), "examples_seen": int(c.examples_seen.iloc[-1]),
+                 "evaluations": len(c), "train_wall_s": round(float(c.wall_s.iloc[-1]), 1),
+                 "stopped": s["stopped"], "top1_untrained": t.iloc[0], "top1_best": t.max(),
+                 "top1_final": t.iloc[-1], "heldout_loss_final": top1(c.heldout_loss.iloc[-1]),
+                 "watched": "head-1 top-1" if name == "medusa" else "top-1 agreement"})
+table = pd.DataFrame(rows)
+table.loc[len(table)] = {"component": "teacher pass", "train_wall_s": round(sum(teacher["wall_s"].values()), 1),
+                         "stopped": "", "watched": ""}
+if "medusa" in curves:
+    last = curves["medusa"].iloc[-1]
+    print("Medusa held-out top-1 per head at the end:", last.heldout_top1,
+          "| expected accepted length of the best trees:", stats["medusa"]["trees"])
+if "draft" in curves:
+    print("draft held-out KL at the start / end:", curves["draft"].heldout_kl.iloc[0], "/",
+          curves["draft"].heldout_kl.iloc[-1])
+print("teacher pass wall s:", {k: round(v, 1) for k, v in teacher["wall_s"].items()})
+
+# %%
+fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+for name, c in curves.items():
+    per_head = isinstance(c.heldout_top1.iloc[0], list)
+    series = ([(f"{name} head {k + 1}", c.heldout_top1.map(lambda v, k=k: v[k]), c.heldout_loss.map(lambda v, k=k: v[k]))
+               for k in range(len(c.heldout_top1.iloc[0]))] if per_head
+              else [(f"{name} (agreement)", c.heldout_top1, c.heldout_loss)])
+    for label, acc, loss in series:
+        axes[0, 0].plot(c.step, acc, marker=".", label=label)
+        axes[0, 1].plot(c.wall_s / 60, acc, marker=".", label=label)
+        axes[1, 0].plot(c.step, loss, marker=".", label=label)
+    if "heldout_kl" in c:
+        axes[1, 1].plot(c.wall_s / 60, c.heldout_kl, marker=".", label=f"{name} KL(target top-k || draft)")
+    if per_head:
+        axes[1, 1].plot(c.wall_s / 60, c.heldout_loss.map(lambda v: v[0]), marker=".", label=f"{name} head 1 loss")
+axes[0, 0].set_ylabel("held-out top-1")
+axes[1, 0].set_ylabel("held-out cross-entropy (nats)")
+axes[1, 1].set_ylabel("held-out divergence / loss (nats)")
+for a in axes[:, 0]:
+    a.set_xlabel("optimizer step")
+for a in axes[:, 1]:
+    a.set_xlabel("training wall time (min)")
+axes[0, 1].set_ylabel("held-out top-1")
+for a in axes.flat:
+    a.legend(fontsize=7)
+fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
+fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+write_table(table, artifact_id, staged.dir("tables"), meta)
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %%
+for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
+    print("wrote", f)
