@@ -32,10 +32,15 @@ class RuleParams:
         """The large model of a ``{btask}``: the task's fine-tuned checkpoint or the profile's model."""
         return self.task(wildcards).large or self.cfg.model
 
-    @property
-    def train_config(self) -> str:
-        """The small models' training settings as JSON (embedded profile)."""
-        return json.dumps(dict(self.cfg.train or {}))
+    LABELS = {"unaligned": "text", "aligned": "greedy"}  # common.draft's hard labels per variant
+
+    def labels(self, wildcards) -> str:
+        return self.LABELS[wildcards.variant]
+
+    def train(self, draft: dict) -> dict:
+        """The small models' training settings: the draft's (same family, same trainer),
+        overridden by the profile's ``bild.train``."""
+        return {**draft, **(self.cfg.train or {})}
 
     def small(self, wildcards) -> str:
         """The small model of a ``{btask}``/``{variant}``: a trained folder or a checkpoint id."""

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import check_range, cli_main
+from .errors import UserError, check_range, cli_main
 from .forward import num_layers
 from .models import param_count
 from .teacher import TeacherData
@@ -77,6 +77,31 @@ def kl_loss(data: TeacherData, temperature: float = 1.0):
     return loss
 
 
+def hard_loss(data: TeacherData, labels: str):
+    """``(draft, batch) -> loss``: cross-entropy on hard labels at the answer positions.
+
+    ``labels="greedy"``: the target's own greedy token after each position (BiLD's *aligned*
+    small model, section 3.5.1: trained on what the large model predicts); ``"text"``: the
+    text's next token, ShareGPT's reference reply (BiLD's *unaligned* small model, trained on
+    the task's references as the paper fine-tunes its small models).
+    """
+    answer = torch.zeros(data.n_tokens, dtype=torch.bool)
+    answer[data.answer_positions()] = True
+
+    def loss(draft, batch):
+        ids, flat = _batch(data, batch, draft.device)
+        ok = flat >= 0
+        ok[ok.clone()] = answer[flat[ok]]
+        logits = draft(input_ids=ids).logits[ok.to(draft.device)].float()
+        f = flat[ok]
+        y = data.argmax[f].long() if labels == "greedy" else data.ids[f + 1].long()
+        return nn.functional.cross_entropy(logits, y.to(logits.device))
+    return loss
+
+
+LABELS = ("topk", "greedy", "text")
+
+
 @torch.inference_mode()
 def evaluate(draft, data: TeacherData, batch_size: int = 8) -> dict:
     """Held-out metrics at the answer positions of the greedy corpus: top-1 agreement of the
@@ -103,9 +128,15 @@ def evaluate(draft, data: TeacherData, batch_size: int = 8) -> dict:
 
 
 def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfig, tokenizer=None,
-            stop: Stopping | None = None, curve_path: Path | None = None) -> dict:
+            stop: Stopping | None = None, curve_path: Path | None = None, labels: str = "topk") -> dict:
     """Build, distill (on the teacher cache, :mod:`common.teacher`) and save the draft until
-    its held-out top-1 agreement flattens; returns its stats (size, wall time, curve ends)."""
+    its held-out top-1 agreement flattens; returns its stats (size, wall time, curve ends).
+
+    ``labels``: ``"topk"`` (the target's stored top-k distribution: the distilled draft),
+    ``"greedy"`` or ``"text"`` (hard labels, :func:`hard_loss`: BiLD's aligned and unaligned
+    small models)."""
+    if labels not in LABELS:
+        raise UserError(f"labels={labels!r} is unknown; valid: {', '.join(LABELS)}")
     out_dir = Path(out_dir)
     stop = stop or Stopping(eval_every=50)
     draft = truncated_copy(target, n_layers)
@@ -115,9 +146,10 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
     t0 = time.perf_counter()
     tr, held = teacher["train"], teacher["heldout"]
     curve_file = out_dir / "curve.jsonl"
-    log = train(draft, list(range(len(tr))), kl_loss(tr), cfg, out_dir / "train.pt", out_dir / "train_log.jsonl",
-                meta={"layers": n_layers, "target": Path(str(target.config.name_or_path)).name,
-                      "teacher": teacher["key"]},
+    loss = kl_loss(tr) if labels == "topk" else hard_loss(tr, labels)
+    meta = {"layers": n_layers, "target": Path(str(target.config.name_or_path)).name, "teacher": teacher["key"],
+            **({} if labels == "topk" else {"labels": labels})}
+    log = train(draft, list(range(len(tr))), loss, cfg, out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta,
                 desc="draft distillation", evaluate=lambda m: evaluate(m, held), stop=stop, curve_path=curve_file)
     state = torch.load(out_dir / "train.pt", weights_only=False, map_location="cpu")
     for p in draft.parameters():
@@ -127,7 +159,7 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
     if tokenizer is not None:
         tokenizer.save_pretrained(model_dir)
     curve = state["curve"]
-    stats = {"layers": n_layers, "params": param_count(draft),
+    stats = {"layers": n_layers, "labels": labels, "params": param_count(draft),
              "params_not_shared": sum(p.numel() for n, p in draft.named_parameters() if n.startswith("model.layers")),
              "train_wall_s": time.perf_counter() - t0, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
              "steps": state["step"], "first_loss": log[0]["loss"] if log else None,
@@ -149,9 +181,12 @@ def _main(argv=None) -> None:
 
     def add_args(ap):
         ap.add_argument("--layers", type=int, default=4)
+        ap.add_argument("--labels", default="topk", choices=LABELS,
+                        help="topk: distil the target's top-k (the draft); greedy / text: hard labels, the "
+                             "target's greedy tokens / the reference text (BiLD's aligned / unaligned small model)")
 
     def run(a, model, tok, teacher, cfg, stop):
-        return distill(model, teacher, a.layers, a.out, cfg, tok, stop, a.curve_out)
+        return distill(model, teacher, a.layers, a.out, cfg, tok, stop, a.curve_out, a.labels)
 
     component_main("distill a draft model from the target's first layers on the teacher cache", add_args, run,
                    argv, lr=5e-4, batch_size=4)

@@ -22,8 +22,10 @@ def bild_sweep_inputs(wildcards):
     return [*model_files(BILDR.large(wildcards)), *small]
 
 
+# The small models come from the draft family's trainer (common.draft) on the shared teacher cache,
+# with hard labels: the reference text (unaligned) or the large model's greedy tokens (aligned).
 rule bild_small:
-    input: model_files(BILD.model), f".cache/components/{P.name}/corpus.pt"
+    input: teacher=f".cache/components/{P.name}/teacher.pt", corpus=f".cache/components/{P.name}/corpus.pt"
     output:
         model=f".cache/components/{P.name}/bild_small_{{variant}}/model/config.json",
         stats=f"{BILD_RAW}/small_{{variant}}_stats.json",
@@ -32,12 +34,15 @@ rule bild_small:
     log: f"{LOGS}/bild_small_{{variant}}.log"
     benchmark: f"{BENCH}/bild_small_{{variant}}.tsv"
     threads: workflow.cores
-    params: env=ENV, py=PY, p=P, b=BILD, train=BILDR.train_config,
+    params:
+        env=ENV, py=PY, p=P, b=BILD, labels=BILDR.labels, d=BILDR.train(C["draft"]),
+        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(BILDR.train(C["draft"])),
     shell:
-        "{params.env} {params.py} -m bild.small --model {params.b.model} --variant {wildcards.variant}"
-        " --layers {params.b.small_layers} --heldout-corpus {input[1]} --train-config '{params.train}'"
+        "{params.env} {params.py} -m common.draft --model {params.b.model} --teacher {input.teacher}"
+        " --heldout-corpus {input.corpus} {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
         " --out .cache/components/{params.p.name}/bild_small_{wildcards.variant} --stats-out {output.stats}"
-        " --curve-out {output.curve} --threads {params.p.threads} > {log} 2>&1"
+        " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
+        " --threads {params.p.threads} > {log} 2>&1"
 
 
 rule bild_sweep:

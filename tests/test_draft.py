@@ -59,3 +59,21 @@ def test_distilled_draft_is_exact_in_speculative(tiny, tmp_path):
     for prompt in ([1, 7, 8, 9], [1, 30, 31]):
         ids = torch.tensor([prompt])
         assert spec.generate(ids, 24).tokens == get_decoder("vanilla", tiny).generate(ids, 24).tokens
+
+
+@pytest.mark.parametrize("labels", ["greedy", "text"])
+def test_hard_label_small_models_train_and_serve_bild(tiny, tmp_path, labels):
+    """BiLD's small models from the same trainer: hard labels (the target's greedy tokens, or
+    the text's), the loss falls, the model loads as bild's small model (exact at alpha_RB=0)."""
+    teacher = {"key": {"test": 2}, "train": teacher_pass(tiny, corpus(tiny, 6, 10), 8, 4),
+               "heldout": teacher_pass(tiny, corpus(tiny, 3, 60), 8, 4)}
+    stats = distill(tiny, teacher, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2),
+                    stop=Stopping(eval_every=3, patience=5), labels=labels)
+    assert stats["labels"] == labels and stats["final_loss"] < stats["first_loss"]
+    from transformers import AutoModelForCausalLM
+    small = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()  # a tiny model has no tokenizer to save
+    bild = get_decoder("bild", tiny, small=small, rollback_threshold=0.0)
+    ids = torch.tensor([[1, 7, 8, 9]])
+    assert bild.generate(ids, 20).tokens == get_decoder("vanilla", tiny).generate(ids, 20).tokens
+    with pytest.raises(UserError, match="labels='soft'"):
+        distill(tiny, teacher, 2, tmp_path / "x", TrainConfig(), labels="soft")
