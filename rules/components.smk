@@ -13,7 +13,8 @@ rule selfdistill_corpus:
     conda: "../env.yml"
     log: f"{LOGS}/selfdistill_corpus.log"
     benchmark: f"{BENCH}/selfdistill_corpus.tsv"
-    threads: workflow.cores
+    threads: rule_threads("selfdistill_corpus")
+    resources: **rule_resources("selfdistill_corpus")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads
     shell:
         "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
@@ -29,7 +30,8 @@ rule train_medusa:
     conda: "../env.yml"
     log: f"{LOGS}/train_medusa.log"
     benchmark: f"{BENCH}/train_medusa.tsv"
-    threads: workflow.cores
+    threads: rule_threads("train_medusa")
+    resources: **rule_resources("train_medusa")
     params:
         env=ENV, py=PY, m=P.model, c=C["corpus"], h=C["medusa"], t=P.threads, out=parent_of_heads,
         share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
@@ -48,7 +50,8 @@ rule distill_draft:
     conda: "../env.yml"
     log: f"{LOGS}/distill_draft.log"
     benchmark: f"{BENCH}/distill_draft.tsv"
-    threads: workflow.cores
+    threads: rule_threads("distill_draft")
+    resources: **rule_resources("distill_draft")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], d=C["draft"], t=P.threads, out=parent_of_draft
     shell:
         "{params.env} {params.py} -m common.draft --model {params.m} --corpus {input} --out {params.out}"
