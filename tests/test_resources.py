@@ -118,3 +118,9 @@ def test_bad_resources_fail_the_plan_in_one_line(tmp_path, extra, msg):
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--configfile", str(cfg)])
     errors = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
     assert r.returncode == 2 and len(errors) == 1 and msg in errors[0], r.stdout + r.stderr
+
+
+def test_slurm_test_script_parses():
+    """tools/test_slurm.sh needs root and minutes (README: Running on a cluster); here only its syntax."""
+    r = run(["bash", "-n", "tools/test_slurm.sh"])
+    assert r.returncode == 0, r.stderr
