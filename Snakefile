@@ -5,8 +5,10 @@
 #   snakemake -j4 all --config rerun=true              # rerun the experiments too (hours on 2 CPU cores)
 #   snakemake -j4 all --config profile=smoke rerun=true  # minutes; what CI runs
 #   snakemake -n all --config profile=paper rerun=true   # plan the paper-scale run (GPU + hub)
+#   snakemake --profile profiles/slurm all --config profile=paper rerun=true   # on SLURM (README: Running on a cluster)
 #
 # Logs and Snakemake benchmark files (wall time, peak memory) of every job: .cache/logs/<profile>/.
+# What each rule reserves (threads, mem_mb, runtime, GPUs, a node of its own): the profile's `resources`.
 import sys
 
 from common.config import artifact_inputs as _inputs, artifact_outputs as _outputs, load_artifacts, load_profile

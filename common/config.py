@@ -103,6 +103,40 @@ class Profile:
     raw: Mapping = field(default_factory=dict, repr=False)
 
 
+@dataclass(frozen=True)
+class RuleResources:
+    """What the scheduler reserves for one rule (a profile's ``resources`` entry).
+
+    ``runtime`` is in minutes; ``gpus`` become SLURM's ``--gpus``; an ``exclusive`` rule (a
+    timing rule) never shares the machine: locally it takes every core Snakemake was given,
+    under SLURM it asks for a node of its own."""
+    threads: int
+    mem_mb: int
+    runtime: int
+    gpus: int = 0
+    exclusive: bool = False
+
+    def snakemake(self) -> dict:
+        """The rule's ``resources:`` (names the SLURM executor plugin reads; an executor that
+        does not know ``cpus_per_task`` or ``slurm_extra`` ignores them)."""
+        res = {"mem_mb": self.mem_mb, "runtime": self.runtime, "cpus_per_task": self.threads}
+        if self.gpus:
+            res["gpu"] = self.gpus
+        if self.exclusive:
+            res["slurm_extra"] = "--exclusive"
+        return res
+
+
+def rule_resources(profile: Profile, key: str) -> RuleResources:
+    """Rule ``key``'s entry of the profile's ``resources`` (validated by the schema); UserError
+    when the profile has none for it, so a rule cannot go without."""
+    table = profile.raw["resources"]
+    if key not in table:
+        raise UserError(f"config profiles/{profile.name}/resources: no entry for rule {key!r} "
+                        f"(threads, mem_mb, runtime); entries: {', '.join(sorted(table))}")
+    return RuleResources(**table[key])
+
+
 def validate(config: dict, schema_path: Path = CONFIG_DIR / "schema.yaml") -> None:
     """Raise UserError naming the first schema violation (path and message)."""
     schema = yaml.safe_load(Path(schema_path).read_text())

@@ -18,6 +18,8 @@ for _aid, _spec in ARTIFACTS.items():
             notebook=update(artifact_outputs(_aid)[0]),
             files=[update(f) for f in artifact_outputs(_aid)[1:]],
         log: f"{LOGS}/artifact_{_aid}.log"
+        threads: rule_threads("render")
+        resources: **rule_resources("render")
         conda: "../env.yml"
         params:
             env=ENV, py=PY, aid=_aid, pkg=_spec["package"], root=results_root_of, profile=P.name,

@@ -33,7 +33,8 @@ rule bild_small:
     conda: "../env.yml"
     log: f"{LOGS}/bild_small_{{variant}}.log"
     benchmark: f"{BENCH}/bild_small_{{variant}}.tsv"
-    threads: workflow.cores
+    threads: rule_threads("bild_small")
+    resources: **rule_resources("bild_small")
     params:
         env=ENV, py=PY, p=P, b=BILD, labels=BILDR.labels, d=BILDR.train(C["draft"]),
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(BILDR.train(C["draft"])),
@@ -52,7 +53,8 @@ rule bild_sweep:
     log: f"{LOGS}/bild_sweep_{{btask}}_{{variant}}.log"
     benchmark: f"{BENCH}/bild_sweep_{{btask}}_{{variant}}.tsv"
     # All cores: a timing rule never shares the machine with another job.
-    threads: workflow.cores
+    threads: rule_threads("bild_sweep")
+    resources: **rule_resources("bild_sweep")
     params:
         env=ENV, py=PY, p=P, b=BILD, large=BILDR.large, t=BILDR.task, decoders=BILDR.decoders,
         dcfg=BILDR.decoder_config,
@@ -70,6 +72,8 @@ rule bild_models:
     output: f"{BILD_RAW}/models.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/bild_models.log"
+    threads: rule_threads("bild_models")
+    resources: **rule_resources("bild_models")
     params: env=ENV, py=PY, p=P
     shell:
         "{params.env} {params.py} -m bild.models --profile {params.p.name} --out {output} > {log} 2>&1"

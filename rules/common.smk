@@ -3,7 +3,7 @@ import json
 import os
 from pathlib import Path
 
-from common.config import group_config
+from common.config import group_config, rule_resources as _rule_resources
 from common.models import MODELS, checkpoint_dir
 
 
@@ -29,6 +29,31 @@ def check_raw_records():
         print(f"error: raw records missing for profile {P.name!r}: {', '.join(missing)} "
               "(add --config rerun=true to run the experiments that write them)", file=sys.stderr)
         sys.exit(2)
+
+
+def resources_of(key):
+    """Rule ``key``'s entry of the profile's ``resources`` (common.config.RuleResources); a
+    missing entry ends the plan with one error line."""
+    try:
+        return _rule_resources(P, key)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def rule_threads(key):
+    """Threads of rule ``key``. An exclusive (timing) rule run with a core budget (local
+    execution, -j N) takes all of it, so no other job shares the machine; on a cluster (no core
+    budget, --jobs N) it asks for its configured threads and a node of its own."""
+    spec = resources_of(key)
+    if spec.exclusive and workflow.resource_settings.cores is not None:
+        return workflow.cores
+    return spec.threads
+
+
+def rule_resources(key):
+    """``resources:`` of rule ``key`` (mem_mb, runtime, cpus_per_task, gpu, --exclusive)."""
+    return resources_of(key).snakemake()
 
 
 def model_files(name=None):

@@ -16,7 +16,8 @@ rule selfdistill_corpus:
     conda: "../env.yml"
     log: f"{LOGS}/selfdistill_corpus.log"
     benchmark: f"{BENCH}/selfdistill_corpus.tsv"
-    threads: workflow.cores
+    threads: rule_threads("selfdistill_corpus")
+    resources: **rule_resources("selfdistill_corpus")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads
     shell:
         "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
@@ -31,7 +32,8 @@ rule teacher_cache:
     conda: "../env.yml"
     log: f"{LOGS}/teacher_cache.log"
     benchmark: f"{BENCH}/teacher_cache.tsv"
-    threads: workflow.cores
+    threads: rule_threads("teacher_cache")
+    resources: **rule_resources("teacher_cache")
     params: env=ENV, py=PY, m=P.model, t=P.threads, flags=teacher_flags(C["corpus"], C["teacher"])
     shell:
         "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
@@ -48,7 +50,8 @@ rule train_medusa:
     conda: "../env.yml"
     log: f"{LOGS}/train_medusa.log"
     benchmark: f"{BENCH}/train_medusa.tsv"
-    threads: workflow.cores
+    threads: rule_threads("train_medusa")
+    resources: **rule_resources("train_medusa")
     params:
         env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, out=parent_of_heads,
         share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
@@ -70,7 +73,8 @@ rule distill_draft:
     conda: "../env.yml"
     log: f"{LOGS}/distill_draft.log"
     benchmark: f"{BENCH}/distill_draft.tsv"
-    threads: workflow.cores
+    threads: rule_threads("distill_draft")
+    resources: **rule_resources("distill_draft")
     params:
         env=ENV, py=PY, m=P.model, d=C["draft"], t=P.threads, out=parent_of_draft,
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["draft"]),

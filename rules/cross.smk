@@ -6,8 +6,9 @@ rule bench_cross:
     conda: "../env.yml"
     log: f"{LOGS}/bench_cross_{{group}}.log"
     benchmark: f"{BENCH}/bench_cross_{{group}}.tsv"
-    # All cores: timing rules never share the machine with another job.
-    threads: workflow.cores
+    # exclusive in every profile's resources: timing rules never share the machine with another job.
+    threads: rule_threads("bench_cross")
+    resources: **rule_resources("bench_cross")
     params:
         env=ENV, py=PY, p=P, c=P.cross, decoders=group_decoders, dcfg=group_decoder_config,
     shell:
@@ -26,7 +27,8 @@ rule cost_curve:
     conda: "../env.yml"
     log: f"{LOGS}/cost_curve.log"
     benchmark: f"{BENCH}/cost_curve.tsv"
-    threads: workflow.cores  # a timing rule never shares the machine
+    threads: rule_threads("cost_curve")  # a timing rule never shares the machine
+    resources: **rule_resources("cost_curve")
     params:
         env=ENV, py=PY, p=P, c=P.raw["cost"], q=",".join(map(str, P.raw["cost"]["q"])),
         paths=",".join(P.raw["cost"].get("paths", ["fast", "stock"])),

@@ -19,6 +19,8 @@ rule ppdp_prompts:
     output: f"{PPDP_RAW}/prompts_{{task}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_prompts_{{task}}.log"
+    threads: rule_threads("ppdp_prompts")
+    resources: **rule_resources("ppdp_prompts")
     params: env=ENV, py=PY, t=PPDR.task
     shell:
         "{params.env} {params.py} -m ppd_pipelined.templates --task {wildcards.task} --dataset {params.t.dataset}"
@@ -35,7 +37,8 @@ rule ppdp_train_heads:
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_train_heads.log"
     benchmark: f"{BENCH}/ppdp_train_heads.tsv"
-    threads: workflow.cores
+    threads: rule_threads("ppdp_train_heads")
+    resources: **rule_resources("ppdp_train_heads")
     params:
         env=ENV, py=PY, m=PPDP.model, p=P, layers=PPDR.layers, cfg=PPDR.heads_config,
         excl=PPDR.eval_datasets, out=PPDR.heads_dir,
@@ -55,7 +58,8 @@ rule ppdp_matchrate:
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_matchrate_{{task}}.log"
     benchmark: f"{BENCH}/ppdp_matchrate_{{task}}.tsv"
-    threads: workflow.cores
+    threads: rule_threads("ppdp_matchrate")
+    resources: **rule_resources("ppdp_matchrate")
     params:
         env=ENV, py=PY, m=PPDP.model, p=P, t=PPDR.task, layers=PPDR.layers,
         cls=PPDR.classifiers, mpt=PPDP.max_prompt_tokens,
@@ -75,7 +79,8 @@ rule ppdp_sampling:
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_sampling_{{task}}_{{method}}.log"
     benchmark: f"{BENCH}/ppdp_sampling_{{task}}_{{method}}.tsv"
-    threads: workflow.cores
+    threads: rule_threads("ppdp_sampling")
+    resources: **rule_resources("ppdp_sampling")
     params:
         env=ENV, py=PY, s=PPDP.sampling, p=P, t=PPDR.task, layers=PPDR.layers, mpt=PPDP.max_prompt_tokens,
     shell:
@@ -95,8 +100,9 @@ rule ppdp_bench:
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_bench_{{task}}.log"
     benchmark: f"{BENCH}/ppdp_bench_{{task}}.tsv"
-    # All cores: a timing rule never shares the machine with another job.
-    threads: workflow.cores
+    # exclusive in every profile's resources: a timing rule never shares the machine with another job.
+    threads: rule_threads("ppdp_bench")
+    resources: **rule_resources("ppdp_bench")
     params:
         env=ENV, py=PY, t3=PPDP.table3, p=P, decoders=PPDR.bench_decoders, dcfg=PPDR.bench_config,
         mpt=PPDP.max_prompt_tokens,

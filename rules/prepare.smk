@@ -5,6 +5,8 @@ rule prepare_model:
     conda: "../env.yml"
     log: f"{LOGS}/prepare_model_{{model}}.log"
     benchmark: f"{BENCH}/prepare_model_{{model}}.tsv"
+    threads: rule_threads("prepare_model")
+    resources: **rule_resources("prepare_model")
     params: env=ENV, py=PY
     shell: "{params.env} {params.py} -m common.models convert {wildcards.model} > {log} 2>&1"
 
