@@ -16,12 +16,6 @@ wildcard_constraints:
     btask="|".join(BILD.tasks),
 
 
-def bild_sweep_inputs(wildcards):
-    """The large model and, in the embedded profile, the trained small model of the variant."""
-    small = [] if BILD.small_layers is None else [f".cache/components/{P.name}/bild_small_{wildcards.variant}/model/config.json"]
-    return [*model_files(BILDR.large(wildcards)), *small]
-
-
 # The small models come from the draft family's trainer (common.draft) on the shared teacher cache,
 # with hard labels: the reference text (unaligned) or the large model's greedy tokens (aligned).
 rule bild_small:

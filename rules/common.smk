@@ -114,3 +114,10 @@ def teacher_flags(c, t):
     """Where the teacher cache is and how it was made (it is rebuilt if these change)."""
     return (f"--heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']} --sequences {t['sequences']}"
             f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
+
+
+def bild_sweep_inputs(wildcards):
+    """A BiLD sweep's large model and, in the embedded profile, the trained small model of the
+    variant (BILD, BILDR: rules/bild.smk)."""
+    small = [] if BILD.small_layers is None else [f".cache/components/{P.name}/bild_small_{wildcards.variant}/model/config.json"]
+    return [*model_files(BILDR.large(wildcards)), *small]
