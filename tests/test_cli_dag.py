@@ -82,9 +82,13 @@ def test_dag_unknown_profile():
     ("profiles:\n  embedded:\n    cross:\n      groups:\n        x: [vanilla, medusa@t99]\n",
      "label 'medusa@t99' has no decoder_config entry"),
     ("profiles:\n  embedded:\n    cross:\n      groups:\n        x: [vanilla, medusae]\n", "unknown decoder 'medusae'"),
+    ("profiles:\n  smoke:\n    resources:\n      bench_cross: {mem_mb: -1}\n",
+     "profiles/smoke/resources/bench_cross/mem_mb: -1 is less than the minimum of 1"),
+    ("profiles:\n  paper:\n    resources:\n      render: {gpu: 1}\n", "'gpu' was unexpected"),
 ])
-def test_dag_rejects_unused_or_unknown_labels(tmp_path, extra, msg):
-    """A decoder_config key no group runs, or a group label nothing configures, fails the dry run."""
+def test_bad_config_fails_the_plan_in_one_line(tmp_path, extra, msg):
+    """A decoder_config key no group runs, a group label nothing configures, an unknown decoder,
+    or bad resources for a rule: the dry run ends with one error line."""
     cfg = tmp_path / "extra.yaml"
     cfg.write_text(extra)
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--configfile", str(cfg)])

@@ -107,17 +107,7 @@ def test_missing_entry_is_one_user_error():
         load_profile(config, "smoke")
 
 
-@pytest.mark.parametrize("extra,msg", [
-    ("profiles:\n  smoke:\n    resources:\n      bench_cross: {mem_mb: -1}\n",
-     "profiles/smoke/resources/bench_cross/mem_mb: -1 is less than the minimum of 1"),
-    ("profiles:\n  paper:\n    resources:\n      render: {gpu: 1}\n", "'gpu' was unexpected"),
-])
-def test_bad_resources_fail_the_plan_in_one_line(tmp_path, extra, msg):
-    cfg = tmp_path / "extra.yaml"
-    cfg.write_text(extra)
-    r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--configfile", str(cfg)])
-    errors = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
-    assert r.returncode == 2 and len(errors) == 1 and msg in errors[0], r.stdout + r.stderr
+# Bad resources failing the plan in one line: tests/test_cli_dag.py (test_bad_config_fails_the_plan_in_one_line).
 
 
 def test_slurm_test_script_parses():
