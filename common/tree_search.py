@@ -15,6 +15,12 @@ import heapq
 from .errors import UserError
 
 
+# Guess accuracy by distance and rank for a trained proposer with no measured table yet (a prior
+# of the usual shape: each distance and rank less likely than the one before). Decoders build
+# their default trees from it; trained checkpoints store their measured ``acc``.
+PRIOR_ACC = [[0.5 / (r + 1) ** 1.5 for r in range(8)] for _ in range(8)]
+
+
 def expected_accept_length(paths, acc) -> float:
     """Expected tokens committed per step (accepted candidates + the bonus token)."""
     total = 1.0

@@ -22,12 +22,10 @@ from common.errors import UserError
 from common.forward import Injection, num_layers
 from common.training import fingerprint, load_trained, save_trained
 from common.tree import TreeBuffers, build_tree, load_tree
-from common.tree_search import best_tree
+from common.tree_search import PRIOR_ACC, best_tree
 
 from .maps import FirpMaps
 
-# Step accuracy by rank when the checkpoint has no measured table (a prior of the usual shape).
-PRIOR_ACC = [[0.5 / (r + 1) ** 1.5 for r in range(8)] for _ in range(8)]
 
 
 def maps_meta(model, layers: list[int]) -> dict:

@@ -33,14 +33,11 @@ from common.errors import UserError
 from common.forward import Injection
 from common.training import fingerprint, load_trained, save_trained
 from common.tree import TreeBuffers, build_tree, load_tree
+from common.tree_search import PRIOR_ACC
 
 from .prompts import MASKS, PromptTokens
 from .sparse_tree import StateTree, best_split, static
 
-# Candidate accuracy by distance and rank when no measured table is given (a prior of the
-# usual shape: each distance and rank less likely than the one before); trained checkpoints
-# store their measured table (``acc``) and trees built from it.
-PRIOR_ACC = [[0.5 / (r + 1) ** 1.5 for r in range(8)] for _ in range(8)]
 
 
 def prompts_meta(model, m: int, n: int, mask: str) -> dict:
