@@ -55,10 +55,17 @@ def _decoder_names() -> frozenset[str] | None:
 DECODER_NAMES = _decoder_names()
 
 
+SCHEDULES = ("linear", "cosine")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimizer and schedule of :func:`common.training.train` (AdamW, linear warmup then
-    linear decay, as in the papers). Torch-free, so the workflow can build it while planning."""
+    """Optimizer and schedule of :func:`common.training.train` (AdamW, linear warmup then a
+    ``linear`` decay as Medusa and PPD train, or a ``cosine`` one as prompt decoding does).
+    Torch-free, so the workflow can build it while planning.
+
+    ``max_steps`` caps the steps of ``epochs`` (quick runs); the schedule spans the capped total.
+    """
     lr: float = 1e-3
     warmup_frac: float = 0.04
     weight_decay: float = 0.0
@@ -67,6 +74,8 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 50
     max_grad_norm: float = 1.0
+    schedule: str = "linear"
+    max_steps: int | None = None
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -77,6 +86,10 @@ class TrainConfig:
         check_range("batch_size", self.batch_size, 1)
         check_range("checkpoint_every", self.checkpoint_every, 1)
         check_range("max_grad_norm", self.max_grad_norm, 0)
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"schedule {self.schedule!r} is unknown; valid: {', '.join(SCHEDULES)}")
+        if self.max_steps is not None:
+            check_range("max_steps", self.max_steps, 1)
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,8 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
 
 
 def _main(argv=None) -> None:
-    from .teacher import component_main
+    from . import teacher
+    from .training import component_main
 
     def add_args(ap):
         ap.add_argument("--layers", type=int, default=4)
@@ -185,11 +186,11 @@ def _main(argv=None) -> None:
                         help="topk: distil the target's top-k (the draft); greedy / text: hard labels, the "
                              "target's greedy tokens / the reference text (BiLD's aligned / unaligned small model)")
 
-    def run(a, model, tok, teacher, cfg, stop):
-        return distill(model, teacher, a.layers, a.out, cfg, tok, stop, a.curve_out, a.labels)
+    def run(a, model, tok, data, cfg, stop):
+        return distill(model, data, a.layers, a.out, cfg, tok, stop, a.curve_out, a.labels)
 
     component_main("distill a draft model from the target's first layers on the teacher cache", add_args, run,
-                   argv, lr=5e-4, batch_size=4)
+                   (teacher.add_args, teacher.from_args), argv, lr=5e-4, batch_size=4)
 
 
 if __name__ == "__main__":

@@ -384,7 +384,8 @@ def _check_tree(value) -> None:
 
 
 def _main(argv=None) -> None:
-    from .teacher import component_main
+    from . import teacher
+    from .training import component_main
 
     def add_args(ap):
         ap.add_argument("--heads", type=int, default=4)
@@ -393,13 +394,14 @@ def _main(argv=None) -> None:
         ap.add_argument("--labels", choices=LABELS, default="teacher")
         ap.add_argument("--train-vocab", choices=("labels", "full"), default="labels")
 
-    def run(a, model, tok, teacher, cfg, stop):
-        stats = train_heads(model, teacher, a.out, a.heads, cfg, a.share_lm_head, stop, a.labels,
+    def run(a, model, tok, data, cfg, stop):
+        stats = train_heads(model, data, a.out, a.heads, cfg, a.share_lm_head, stop, a.labels,
                             a.train_vocab, a.curve_out)
         print("held-out top-1 per head:", stats["heldout_top1"])
         return stats
 
-    component_main("train Medusa-1 heads on the teacher cache", add_args, run, argv, batch_size=256)
+    component_main("train Medusa-1 heads on the teacher cache", add_args, run, (teacher.add_args, teacher.from_args),
+                   argv, batch_size=256)
 
 
 if __name__ == "__main__":

@@ -15,20 +15,24 @@ import torch
 from tqdm import tqdm
 
 from .data import load_dataset_samples
-from .errors import check_range
+from .errors import UserError, check_range
 from .prompts import encode_prompt
 
 
 def build_corpus(model, tokenizer, n_prompts: int, max_new_tokens: int, max_prompt_tokens: int = 256,
-                 batch_size: int = 8, dataset: str = "sharegpt") -> list[dict]:
-    """Greedy answers, batched with left padding (training data, not a benchmark).
+                 batch_size: int = 8, dataset: str = "sharegpt", skip: int = 0) -> list[dict]:
+    """Greedy answers, batched with left padding (training data, not a benchmark), to the
+    ``n_prompts`` prompts after the first ``skip`` (a training corpus skips the held-out ones).
 
     Returns:
         ``n_prompts`` dicts ``{"ids": [prompt + answer ids], "start": len(prompt)}``.
     """
     check_range("n_prompts", n_prompts, 1)
     check_range("max_new_tokens", max_new_tokens, 1)
-    samples = load_dataset_samples(dataset, n=n_prompts)
+    check_range("skip", skip, 0)
+    samples = load_dataset_samples(dataset, n=skip + n_prompts)[skip:]
+    if len(samples) < n_prompts:
+        raise UserError(f"{dataset} has {len(samples) + skip} samples, fewer than skip + n_prompts = {skip + n_prompts}")
     prompts = [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0] for s in samples]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = tokenizer.eos_token_id

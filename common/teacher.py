@@ -186,62 +186,11 @@ def from_args(a, model, tokenizer) -> dict:
                          a.sequences, a.max_len, a.max_prompt_tokens, a.topk)
 
 
-def _provenance(model_name: str) -> dict:
+def provenance(model_name: str) -> dict:
     """What a stats file says about where it was made (read by the components notebook)."""
     from .hardware import code_version, describe
 
     return {"model": model_name, "hardware": describe("cpu"), "code_version": code_version()}
-
-
-def component_main(description: str, add_component_args, train_fn, argv=None, lr: float = 1e-3,
-                   batch_size: int = 4, eval_every: int = 50) -> None:
-    """The one command line of components trained on the teacher cache (Medusa heads, the
-    distilled draft): common flags, frozen model, shared cache, early stopping, stats out.
-
-    Args:
-        add_component_args: ``(parser) -> None`` adds the component's own flags.
-        train_fn: ``(args, model, tokenizer, teacher dict, TrainConfig, Stopping) -> stats``.
-    """
-    import argparse
-    import json
-
-    from .models import load_model
-    from .training import Stopping, TrainConfig
-
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
-    ap.add_argument("--curve-out", type=Path, default=None, help="the learning curve JSONL (results/)")
-    ap.add_argument("--max-epochs", type=int, default=20, help="upper bound; early stopping ends sooner")
-    ap.add_argument("--batch-size", type=int, default=batch_size)
-    ap.add_argument("--lr", type=float, default=lr)
-    ap.add_argument("--eval-every", type=int, default=eval_every, help="steps between held-out evaluations")
-    ap.add_argument("--patience", type=int, default=3, help="evaluations looked back over")
-    ap.add_argument("--min-delta", type=float, default=0.005, help="flattening tolerance on the watched metric")
-    ap.add_argument("--wall-budget", type=float, default=None, help="seconds of training (and evaluation)")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    add_args(ap)
-    add_component_args(ap)
-    a = ap.parse_args(argv)
-    if a.threads is not None:
-        if a.threads < 1:
-            raise UserError(f"--threads={a.threads} is out of range; valid: >= 1")
-        torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    model, tok = load_model(a.model)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    cfg = TrainConfig(lr=a.lr, epochs=a.max_epochs, batch_size=a.batch_size, seed=a.seed, warmup_frac=0.02)
-    stop = Stopping(eval_every=a.eval_every, patience=a.patience, min_delta=a.min_delta, wall_budget_s=a.wall_budget)
-    teacher = from_args(a, model, tok)
-    stats = train_fn(a, model, tok, teacher, cfg, stop)
-    stats.update(_provenance(a.model))
-    if a.stats_out:
-        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
-        a.stats_out.write_text(json.dumps(stats, indent=1))
-    print(json.dumps({k: v for k, v in stats.items() if k != "accuracy"}, indent=1))
 
 
 def _main(argv=None) -> None:
@@ -263,7 +212,7 @@ def _main(argv=None) -> None:
     stats = {"key": data["key"], "wall_s": data["wall_s"], "train_sequences": len(data["train"]),
              "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
-             "threads": torch.get_num_threads(), **_provenance(a.model)}
+             "threads": torch.get_num_threads(), **provenance(a.model)}
     if a.stats_out:
         a.stats_out.parent.mkdir(parents=True, exist_ok=True)
         a.stats_out.write_text(json.dumps(stats, indent=1))

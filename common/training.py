@@ -28,12 +28,25 @@ from .config import TrainConfig  # defined torch-free (the workflow builds it wh
 from .errors import UserError, check_range
 
 
-def _schedule(total: int, warmup: int):
+def _schedule(total: int, warmup: int, shape: str = "linear"):
+    """The learning-rate factor at each step: linear warmup over ``warmup`` steps, then a
+    linear or cosine decay to 0 at ``total``."""
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
+        left = max(0.0, (total - step) / max(1, total - warmup))  # 1 -> 0 after the warmup
+        return left if shape == "linear" else 0.5 * (1 - math.cos(math.pi * left))
     return f
+
+
+def _identity_config(cfg: TrainConfig) -> dict:
+    """The config as a checkpoint's identity stores it. Fields added later are left out while
+    at their defaults, so checkpoints written before they existed still resume."""
+    d = asdict(cfg)
+    for key, default in (("schedule", "linear"), ("max_steps", None)):
+        if d[key] == default:
+            del d[key]
+    return d
 
 
 @dataclass(frozen=True)
@@ -107,11 +120,12 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         raise UserError("no training examples")
     ckpt_path = Path(ckpt_path)
     n_batches = math.ceil(len(examples) / cfg.batch_size)
-    total = n_batches * cfg.epochs
+    total = n_batches * cfg.epochs if cfg.max_steps is None else min(n_batches * cfg.epochs, cfg.max_steps)
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, max(1, round(cfg.warmup_frac * total))))
-    identity = {"config": asdict(cfg), "meta": meta or {}, "n_examples": len(examples)}
+    warmup = max(1, round(cfg.warmup_frac * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, warmup, cfg.schedule))
+    identity = {"config": _identity_config(cfg), "meta": meta or {}, "n_examples": len(examples)}
     step, log, curve, wall, stopped = 0, [], [], 0.0, None
     if ckpt_path.is_file():
         state = torch.load(ckpt_path, weights_only=False)
@@ -144,7 +158,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
                       "examples_seen": step * cfg.batch_size,
                       "train_loss": sum(since) / len(since) if since else None, **res})
         if curve_path is not None:
-            _write_jsonl(curve_path, curve)
+            write_jsonl(curve_path, curve)
 
     module.train()
     if evaluate is not None and not curve and stopped is None:
@@ -184,15 +198,89 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     bar.close()
     module.eval()
     if log_path is not None:
-        _write_jsonl(log_path, log)
+        write_jsonl(log_path, log)
     return log
+
+
+def add_train_args(ap, lr: float, batch_size: int, eval_every: int, max_epochs: int = 20) -> None:
+    """The flags every component trainer takes (optimizer, early stopping, outputs, threads)."""
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", type=Path, required=True, help="output folder (checkpoint, curve, stats)")
+    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
+    ap.add_argument("--curve-out", type=Path, default=None, help="the learning curve JSONL (results/)")
+    ap.add_argument("--max-epochs", type=int, default=max_epochs, help="upper bound; early stopping ends sooner")
+    ap.add_argument("--max-steps", type=int, default=None, help="upper bound on optimizer steps (quick runs)")
+    ap.add_argument("--batch-size", type=int, default=batch_size)
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--eval-every", type=int, default=eval_every, help="steps between held-out evaluations")
+    ap.add_argument("--patience", type=int, default=3, help="evaluations looked back over")
+    ap.add_argument("--min-delta", type=float, default=0.005, help="flattening tolerance on the watched metric")
+    ap.add_argument("--wall-budget", type=float, default=None, help="seconds of training (and evaluation)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def train_setup(a, warmup_frac: float = 0.02, schedule: str = "linear"):
+    """``(TrainConfig, Stopping)`` from :func:`add_train_args`' flags; sets threads and seed."""
+    if a.threads is not None:
+        check_range("--threads", a.threads, 1)
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    cfg = TrainConfig(lr=a.lr, epochs=a.max_epochs, batch_size=a.batch_size, seed=a.seed,
+                      warmup_frac=warmup_frac, schedule=schedule, max_steps=a.max_steps)
+    stop = Stopping(eval_every=a.eval_every, patience=a.patience, min_delta=a.min_delta, wall_budget_s=a.wall_budget)
+    return cfg, stop
+
+
+def component_main(description: str, add_component_args, train_fn, data, argv=None, lr: float = 1e-3,
+                   batch_size: int = 4, eval_every: int = 50, warmup_frac: float = 0.02,
+                   schedule: str = "linear") -> None:
+    """The one command line of trained components: common flags, the frozen model, its
+    training data, early stopping, stats out.
+
+    Args:
+        add_component_args: ``(parser) -> None`` adds the component's own flags.
+        train_fn: ``(args, model, tokenizer, data, TrainConfig, Stopping) -> stats``.
+        data: ``(add_args, from_args)`` of the data source: :mod:`common.teacher`'s cache
+            (components read off final hidden states) or :mod:`common.seqtrain`'s greedy
+            sequences (components that run inside the forward).
+    """
+    import argparse
+
+    from .models import load_model
+    from .teacher import provenance
+
+    add_data_args, load_data = data
+    ap = argparse.ArgumentParser(description=description)
+    add_train_args(ap, lr=lr, batch_size=batch_size, eval_every=eval_every)
+    add_data_args(ap)
+    add_component_args(ap)
+    a = ap.parse_args(argv)
+    cfg, stop = train_setup(a, warmup_frac, schedule)
+    model, tok = load_model(a.model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
+    stats.update(provenance(a.model))
+    if a.stats_out:
+        write_json(a.stats_out, stats)
+    print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))
+
+
+def write_json(path: Path, obj) -> None:
+    """``obj`` as indented JSON at ``path``, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
 
 
 def _fmt(v) -> str:
     return "[" + ", ".join(f"{x:.3f}" for x in v) + "]" if isinstance(v, (list, tuple)) else f"{v:.4f}"
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(str(path) + ".partial")

@@ -112,7 +112,9 @@ class Firp(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {**super().options(), "maps": Option(None, (str, Path)),
-                "tree": Option(16, (int, str, Path), check=_check_tree), "mask_earlier": False}
+                "tree": Option(16, (int, str, Path), check=_check_tree),
+                # None: as the maps were trained (their checkpoint says; unmasked if it does not)
+                "mask_earlier": Option(None, (bool,))}
 
     @classmethod
     def test_configs(cls, model, workdir):
@@ -133,9 +135,14 @@ class Firp(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        _, state = self.trained_component("maps", "maps.pt", "python -m firp.train",
-                                          lambda meta: maps_meta(model, list(meta.get("layers", []))))
-        self.maps = new_maps(model, state["identity"]["meta"]["layers"])
+        def meta_for(meta):  # mask_earlier: how the maps were trained (Figure 7), not the base model
+            return {**maps_meta(model, list(meta.get("layers", []))),
+                    **({"mask_earlier": meta["mask_earlier"]} if "mask_earlier" in meta else {})}
+        _, state = self.trained_component("maps", "maps.pt", "python -m firp.train", meta_for)
+        meta = state["identity"]["meta"]
+        self.maps = new_maps(model, meta["layers"])
+        self.mask_earlier = bool(meta.get("mask_earlier", False) if self.cfg["mask_earlier"] is None
+                                 else self.cfg["mask_earlier"])
         load_trained(self.maps, state)
         t = self.cfg["tree"]
         if isinstance(t, int):
@@ -147,4 +154,4 @@ class Firp(TreeDecoder):
                 raise UserError(f"tree {t} is deeper than the {self.maps.steps} prediction steps")
 
     def make_proposer(self, input_ids):
-        return FirpProposer(self.target, self.maps, self.paths, self.device, self.cfg["mask_earlier"])
+        return FirpProposer(self.target, self.maps, self.paths, self.device, self.mask_earlier)

@@ -40,6 +40,10 @@ from .sparse_tree import StateTree, best_split, static
 
 
 
+# Checkpoint meta that says how prompt tokens were trained (the trainer's), beside prompts_meta.
+TRAINING_KEYS = ("distill", "cuts", "init_text")
+
+
 def prompts_meta(model, m: int, n: int, mask: str) -> dict:
     """What a prompt-token checkpoint is tied to: the base model and its own shape."""
     return {**fingerprint(model), "m": m, "n": n, "mask": mask}
@@ -173,9 +177,11 @@ class PromptDecoding(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        def meta_for(meta):
+        def meta_for(meta):  # how they were trained (TRAINING_KEYS) is not checked against the model
             m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
-            return prompts_meta(model, m, n, mask) if mask in MASKS else {"mask": f"one of {MASKS}"}
+            if mask not in MASKS:
+                return {"mask": f"one of {MASKS}"}
+            return {**prompts_meta(model, m, n, mask), **{k: meta[k] for k in TRAINING_KEYS if k in meta}}
         _, state = self.trained_component("prompt_tokens", "prompts.pt", "python -m prompt_decoding.train", meta_for)
         meta = state["identity"]["meta"]
         m, n, mask = meta["m"], meta["n"], meta["mask"]

@@ -1,6 +1,6 @@
 """Training prompt tokens (section 3.3): only the prompt embeddings learn, the model is frozen.
 
-Data: the model's own greedy answers (:mod:`common.selfdistill`'s corpus), so the greedy
+Data: the model's own greedy answers (:mod:`common.seqtrain`'s corpora), so the greedy
 continuation from any cut ``t`` inside an answer is the rest of the sequence, and one frozen
 forward over a sequence gives both the context cache of every cut and the teacher's
 distribution at every position. A cut's ``m`` prompt tokens sit at ``t + 1 .. t + m`` (prompt
@@ -14,27 +14,36 @@ Cheap on CPU: every cut of a sequence trains in one forward of ``cuts * m * n`` 
 against the sequence's cache (no gradient through the context); each block sees only its
 cut's prefix (``past_allow``) and its own EPTs (the EPT mask). Tests check that these logits
 equal the ones decoding computes inside the verification forward.
+
+Entry point (the paper's optimizer: AdamW, lr 1e-2, cosine schedule, no warmup, no weight
+decay; a step is ``--batch-size`` sequences with ``--cuts`` random cuts each, the paper's one
+random insertion point per sample made cheap by sharing the sequence's forward)::
+
+    python -m prompt_decoding.train --model smollm2-135m-instruct --out DIR \
+        --corpus .cache/.../pd_corpus.pt --heldout-corpus .cache/.../corpus.pt
+
+writes ``DIR/prompts.pt`` (a :mod:`common.training` checkpoint that also holds ``acc``, the
+held-out top-k accuracy per distance the sparse tree is built from), ``DIR/curve.jsonl`` and
+``DIR/stats.json``. ``--no-distill`` trains on ShareGPT's reference replies with cross-entropy
+(the paper's ablation); the held-out metric stays agreement with the model's greedy tokens.
 """
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from common.cache import crop_to
-from common.fast import new_cache
+from common.errors import UserError, check_range, cli_main
 from common.forward import final_norm, num_layers, run_layers
+from common.seqtrain import random_cuts, teacher_forward
 
-from .prompts import PromptTokens
+from .prompts import MASKS, PromptTokens
 
 ALPHA = 0.8  # the decay ratio of eq. 1 (Medusa's head weighting)
-
-
-@torch.no_grad()
-def teacher_forward(model, ids: torch.Tensor):
-    """One frozen forward over ``[L]`` ids: ``(cache of L positions, [L, V] log-probabilities)``."""
-    cache = new_cache(model)
-    logits = model(input_ids=ids[None], past_key_values=cache, use_cache=True).logits[0]
-    return cache, logits.float().log_softmax(-1)
+INIT_TEXT = "the next words are"  # the paper initialises from "normal text token embeddings"
 
 
 def cut_logits(model, prompts: PromptTokens, cache, cuts: torch.Tensor, length: int) -> torch.Tensor:
@@ -64,7 +73,7 @@ def sequence_loss(model, prompts: PromptTokens, ids: torch.Tensor, cuts: torch.T
                   alpha: float = ALPHA) -> torch.Tensor:
     """Eq. 1 averaged over the cuts of one greedy sequence ``[L]`` (cuts ``t <= L - 2 - m``)."""
     m = prompts.m
-    cache, teacher = teacher_forward(model, ids)
+    cache, _, teacher = teacher_forward(model, ids)
     student = cut_logits(model, prompts, cache, cuts, ids.numel()).float().log_softmax(-1)   # [B, m, V]
     rows = cuts[:, None] + 1 + torch.arange(m, device=ids.device)[None]                     # [B, m]
     w = alpha ** torch.arange(m, device=ids.device, dtype=student.dtype)
@@ -88,10 +97,126 @@ def guess_accuracy(model, prompts: PromptTokens, seqs: list[torch.Tensor], start
         cuts = torch.arange(max(start - 1, 0), L - m, device=ids.device)
         if cuts.numel() == 0:
             continue
-        cache, teacher = teacher_forward(model, ids)
+        cache, _, teacher = teacher_forward(model, ids)
         ranks = cut_logits(model, prompts, cache, cuts, L).topk(topk, dim=-1).indices.cpu()  # [B, m, K]
         rows = (cuts[:, None] + 1 + torch.arange(m, device=ids.device)[None]).cpu()
         want = teacher.argmax(-1).cpu()[rows]                                                # [B, m]
         hits += (ranks == want[..., None]).float().sum(0)
         total += cuts.numel()
     return (hits / total.clamp(min=1)[:, None]).tolist()
+
+
+def text_init(model, tokenizer, text: str) -> torch.Tensor:
+    """``[k, H]`` input embeddings of ``text``'s tokens (the prompt tokens start from them)."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise UserError(f"--init-text {text!r} has no tokens")
+    with torch.no_grad():
+        return model.get_input_embeddings()(torch.tensor(ids, device=model.device)).float().cpu()
+
+
+def make_loss(model, seqs: list[tuple[torch.Tensor, int]], cuts: int, distill: bool):
+    """``(prompts, batch of sequence indices) -> loss``: eq. 1 over ``cuts`` random cuts of each."""
+    def loss(prompts: PromptTokens, batch: list[int]) -> torch.Tensor:
+        parts = []
+        for i in batch:
+            ids, start = seqs[i]
+            c = random_cuts(ids.numel(), start, cuts, prompts.m + 1, ids.device)
+            if c.numel():
+                parts.append(sequence_loss(model, prompts, ids, c, distill))
+        if not parts:  # every answer too short: a step that moves nothing
+            return prompts.embeddings.sum() * 0.0
+        return torch.stack(parts).mean()
+    return loss
+
+
+def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3, n: int = 1,
+                  mask: str = "ensemble", cuts: int = 16, distill: bool = True, init_text: str = INIT_TEXT,
+                  eval_seqs: int = 16, curve_path: Path | None = None, text_seqs=None) -> dict:
+    """Train ``m x n`` prompt tokens; returns the stats (also written to ``out/stats.json``).
+
+    Args:
+        data: :func:`common.seqtrain.from_args` (``train`` and ``heldout`` greedy sequences).
+        eval_seqs: held-out sequences the learning curve is measured on (the final accuracy
+            table uses all of them).
+        text_seqs: the no-distillation variant's training sequences (reference replies).
+    """
+    from common.training import train, write_json, write_jsonl
+
+    from .decoding import new_prompts, prompts_meta
+
+    check_range("--cuts", cuts, 1)
+    check_range("--eval-seqs", eval_seqs, 1)
+    prompts = new_prompts(model, m, n, mask, seed=cfg.seed)
+    with torch.no_grad():
+        init = text_init(model, tokenizer, init_text).to(prompts.embeddings)
+        prompts.embeddings.add_(init[torch.arange(m * n) % init.shape[0]].view(m, n, -1))
+    seqs = data["train"] if distill else text_seqs
+    held = data["heldout"]
+    curve_seqs, curve_starts = [s for s, _ in held[:eval_seqs]], [t for _, t in held[:eval_seqs]]
+
+    def evaluate(p):
+        acc = guess_accuracy(model, p, curve_seqs, curve_starts, topk=5)
+        return {"heldout_top1": [a[0] for a in acc], "heldout_top5": [sum(a) for a in acc]}
+
+    out = Path(out)
+    ckpt = out / "prompts.pt"
+    meta = {**prompts_meta(model, m, n, mask), "distill": distill, "cuts": cuts, "init_text": init_text}
+    t0 = time.perf_counter()
+    train(prompts, list(range(len(seqs))), make_loss(model, seqs, cuts, distill), cfg, ckpt, meta=meta,
+          desc="prompt tokens", evaluate=evaluate, stop=stop, curve_path=out / "curve.jsonl")
+    state = torch.load(ckpt, weights_only=False)
+    acc = guess_accuracy(model, prompts, [s for s, _ in held], [t for _, t in held], topk=10)
+    state["acc"] = acc  # what decoding builds its trees from
+    tmp = ckpt.with_name(ckpt.name + ".partial")
+    torch.save(state, tmp)
+    tmp.replace(ckpt)
+    base = sum(p.numel() for p in model.parameters())
+    stats = {"m": m, "n": n, "mask": mask, "distill": distill, "cuts": cuts, "init_text": init_text,
+             "steps": state["step"], "stopped": state["stopped"], "train_wall_s": state["wall_s"],
+             "session_wall_s": time.perf_counter() - t0, "train_sequences": len(seqs),
+             "heldout_sequences": len(held), "params": prompts.embeddings.numel(),
+             "params_pct_of_base": 100.0 * prompts.embeddings.numel() / base,
+             "heldout_top1": [a[0] for a in acc], "heldout_top5": [sum(a[:5]) for a in acc], "acc": acc,
+             "config": state["identity"]["config"]}
+    write_json(out / "stats.json", stats)
+    if curve_path is not None:
+        write_jsonl(curve_path, state["curve"])
+    return stats
+
+
+def _main(argv=None) -> None:
+    from common import seqtrain
+    from common.teacher import sharegpt_text
+    from common.training import component_main
+
+    def add_args(ap):
+        ap.add_argument("--m", type=int, default=3, help="prompt tokens (guessed distances)")
+        ap.add_argument("--n", type=int, default=1, help="ensemble prompt tokens (EPTs) per prompt token")
+        ap.add_argument("--mask", choices=MASKS, default="ensemble", help="attention among the EPTs")
+        ap.add_argument("--cuts", type=int, default=16, help="random cuts trained per sequence and step")
+        ap.add_argument("--no-distill", action="store_true",
+                        help="cross-entropy on ShareGPT's reference replies instead of KL to the model (ablation)")
+        ap.add_argument("--init-text", default=INIT_TEXT, help="the prompt tokens start from its token embeddings")
+        ap.add_argument("--eval-seqs", type=int, default=16, help="held-out sequences per curve point")
+
+    def run(a, model, tok, data, cfg, stop):
+        check_range("--m", a.m, 1, 16)
+        check_range("--n", a.n, 1, 512)
+        text = None
+        if a.no_distill:
+            text = [(torch.tensor(s["ids"], device=model.device), s["start"]) for s in
+                    sharegpt_text(tok, a.prompts, skip=a.heldout_prompts, max_len=a.max_prompt_tokens + a.answer_tokens,
+                                  max_prompt_tokens=a.max_prompt_tokens)]
+        stats = train_prompts(model, tok, data, a.out, cfg, stop, a.m, a.n, a.mask, a.cuts, not a.no_distill,
+                              a.init_text, a.eval_seqs, a.curve_out, text)
+        print("held-out top-1 per distance:", [round(x, 3) for x in stats["heldout_top1"]])
+        return stats
+
+    component_main("train prompt tokens (parallel prompt decoding) on the model's own greedy answers", add_args,
+                   run, (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-2, batch_size=1, eval_every=50,
+                   warmup_frac=0.0, schedule="cosine")
+
+
+if __name__ == "__main__":
+    cli_main(_main)

@@ -55,3 +55,21 @@ def assert_training_learns(model, module, loss_fn, steps: int, lr: float) -> Non
             p.requires_grad_(f)
     assert losses[-1] < 0.8 * losses[0], losses[::5]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def greedy_sequences(model, n: int = 4, prompt: int = 6, answer: int = 24, seed: int = 0):
+    """``[(ids [prompt + answer], start)]``: the model's own greedy answers to random prompts,
+    the data :mod:`common.seqtrain` gives the in-forward trainers."""
+    out = []
+    for s in range(n):
+        ids = torch.randint(3, model.config.vocab_size, (1, prompt), generator=torch.Generator().manual_seed(seed + s))
+        tokens = get_decoder("vanilla", model).generate(ids, answer).tokens
+        out.append((torch.cat([ids[0], torch.tensor(tokens)]), prompt))
+    return out
+
+
+class WordTokenizer:
+    """The least a trainer's ``--init-text`` needs of a tokenizer: text -> a few ids."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [3 + len(w) for w in text.split()]}

@@ -86,13 +86,14 @@ def test_bad_maps_and_layers_are_refused(chaotic_llama, tiny, tmp_path):
 def test_training_logits_equal_the_decoding_forwards(chaotic_llama, mask_earlier):
     """Every anchor of a sequence in one training pass gets the pseudo-state logits decoding
     computes for a root-only tree at that anchor."""
-    from firp.train import anchor_logits, teacher_forward
+    from common.seqtrain import teacher_forward
+    from firp.train import anchor_logits
 
     model = chaotic_llama
     maps = _noisy_maps(model, [1, 2, 3], seed=3)
     ids = torch.randint(3, 96, (18,), generator=torch.Generator().manual_seed(5))
     anchors = torch.tensor([4, 8, 13])
-    cache, hidden, _ = teacher_forward(model, ids)
+    cache, hidden, _ = teacher_forward(model, ids, hidden_states=True)
     with torch.no_grad():
         got = anchor_logits(model, maps, cache, hidden, anchors, ids.numel(), mask_earlier)
     assert cache.get_seq_length() == ids.numel()
@@ -116,3 +117,32 @@ def test_training_reduces_the_loss_and_only_moves_the_maps(chaotic_llama):
                            steps=25, lr=3e-3)
     acc = step_accuracy(model, maps, seqs, [3, 3], topk=4)
     assert len(acc) == 3 and all(len(r) == 4 for r in acc)
+
+
+def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_llama, tmp_path):
+    """The entry point's training function: a finished checkpoint holding the held-out step
+    accuracies the tree search reads, a curve, stats with the parameter count; the decoder
+    serves it exactly and takes ``mask_earlier`` from how the maps were trained."""
+    from decoding_checks import greedy_sequences
+    from common.config import TrainConfig
+    from common.training import Stopping
+    from firp.train import train_maps
+
+    model = chaotic_llama
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        data = {"train": greedy_sequences(model, 4), "heldout": greedy_sequences(model, 2, seed=50)}
+        cfg = TrainConfig(lr=1e-3, epochs=5, batch_size=2, max_steps=4)
+        stats = train_maps(model, data, tmp_path / "maps", cfg, Stopping(eval_every=2), [1, 2, 3], anchors=4,
+                           mask_earlier=True)
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    H = model.config.hidden_size
+    assert stats["steps"] == 4 and stats["params"] == 3 * (H * H + H)
+    assert len(stats["acc"]) == 3 and (tmp_path / "maps" / "curve.jsonl").is_file()
+    dec = get_decoder("firp", model, maps=str(tmp_path / "maps"), tree=8)
+    assert dec.mask_earlier is True
+    assert get_decoder("firp", model, maps=str(tmp_path / "maps"), tree=8, mask_earlier=False).mask_earlier is False
+    assert_exact_and_accepting(model, "firp", prompts=3, maps=str(tmp_path / "maps"), tree=8)

@@ -1,6 +1,8 @@
 """Prompt decoding's decoder on a tiny random LLaMA: the prompt tokens' positions and mask rows
 are what the paper says (checked against a plain causal forward), random prompt embeddings
 still decode exactly vanilla's tokens, and bad checkpoints are refused."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -81,7 +83,8 @@ def test_a_checkpoint_for_another_model_is_refused(chaotic_llama, tiny, tmp_path
 def test_training_logits_equal_the_decoding_forwards(chaotic_llama, m, n, mask):
     """All cuts of a sequence in one training forward give each cut's prompt tokens the logits
     decoding computes for them inside the verification forward (root = the token at the cut)."""
-    from prompt_decoding.train import cut_logits, teacher_forward
+    from common.seqtrain import teacher_forward
+    from prompt_decoding.train import cut_logits
 
     model = chaotic_llama
     prompts = new_prompts(model, m, n, mask, seed=1)
@@ -89,7 +92,7 @@ def test_training_logits_equal_the_decoding_forwards(chaotic_llama, m, n, mask):
         prompts.embeddings.mul_(50.0)
     ids = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(4))
     cuts = torch.tensor([5, 9, 14])
-    cache, _ = teacher_forward(model, ids)
+    cache, _, _ = teacher_forward(model, ids)
     with torch.no_grad():
         got = cut_logits(model, prompts, cache, cuts, ids.numel())
     assert cache.get_seq_length() == ids.numel()  # the prompt positions were dropped again
@@ -159,3 +162,34 @@ def test_dynamic_tree_construction_and_its_gain_over_static():
     assert hw["size"] in (4, 8, 16, 32) and hw["speedup"] == max(row["speedup"] for row in hw["table"])
     with pytest.raises(UserError, match="n_p=30 is out of range"):
         build(ACC, m, 2, 30)
+
+
+def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_llama, tmp_path):
+    """The entry point's training function: a finished checkpoint holding the held-out accuracy
+    the trees are built from, a learning curve, stats; a rerun resumes instead of retraining;
+    the decoder serves the result exactly."""
+    from decoding_checks import WordTokenizer, greedy_sequences
+    from common.config import TrainConfig
+    from common.training import Stopping
+    from prompt_decoding.train import train_prompts
+
+    model = chaotic_llama
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        data = {"train": greedy_sequences(model, 4), "heldout": greedy_sequences(model, 2, seed=50)}
+        cfg = TrainConfig(lr=1e-2, epochs=5, batch_size=2, warmup_frac=0.0, schedule="cosine", max_steps=6)
+        stats = train_prompts(model, WordTokenizer(), data, tmp_path / "pt", cfg, Stopping(eval_every=3),
+                              m=2, n=2, cuts=4, curve_path=tmp_path / "curve.jsonl")
+        again = train_prompts(model, WordTokenizer(), data, tmp_path / "pt", cfg, Stopping(eval_every=3),
+                              m=2, n=2, cuts=4)
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    assert stats["steps"] == 6 and stats["params"] == 2 * 2 * model.config.hidden_size
+    assert len(stats["acc"]) == 2 and len(stats["acc"][0]) == 10
+    assert [r["step"] for r in map(json.loads, (tmp_path / "curve.jsonl").read_text().splitlines())] == [0, 3, 6]
+    assert again["acc"] == stats["acc"] and again["steps"] == 6          # resumed, not retrained
+    state = torch.load(tmp_path / "pt" / "prompts.pt", weights_only=False)
+    assert state["acc"] == stats["acc"] and state["done"]
+    assert_exact_and_accepting(model, "prompt_decoding", prompts=3, prompt_tokens=str(tmp_path / "pt"), tree=10)

@@ -1,0 +1,82 @@
+"""Training data for components that run *inside* the model's forward: its own greedy sequences.
+
+Medusa heads and the draft read final hidden states, so they train on :mod:`common.teacher`'s
+cache. Prompt tokens and FIRP's maps instead enter the forward (as input embeddings, or as
+states at an intermediate layer), attend to the context's cache and pass through the frozen
+layers above them: their trainers run the frozen model over each sequence
+(:func:`teacher_forward`) and train positions placed after cuts of it.
+
+The sequences are the model's own greedy answers (:mod:`common.selfdistill`): the greedy
+continuation from any cut inside an answer is the rest of the answer, so the teacher at every
+distance after a cut is one forward's distribution there (self-distillation without a
+generation per cut). Training prompts follow the held-out ones in ShareGPT; the held-out set is
+the one the Medusa heads and the draft are measured on, so accuracies compare across components.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from . import selfdistill
+from .errors import UserError, check_range
+from .fast import new_cache
+
+
+@torch.no_grad()
+def teacher_forward(model, ids: torch.Tensor, hidden_states: bool = False):
+    """One frozen forward over a sequence.
+
+    Args:
+        ids: ``[L]`` token ids.
+    Returns:
+        ``(cache, hidden, logp)``: the cache of the ``L`` positions; with ``hidden_states`` the
+        input of every layer and the final output, ``d + 1`` tensors ``[L, H]`` (else None);
+        ``[L, V]`` fp32 next-token log-probabilities.
+    """
+    cache = new_cache(model)
+    out = model(input_ids=ids[None], past_key_values=cache, use_cache=True, output_hidden_states=hidden_states)
+    hidden = [h[0] for h in out.hidden_states] if hidden_states else None
+    return cache, hidden, out.logits[0].float().log_softmax(-1)
+
+
+def random_cuts(length: int, start: int, k: int, span: int, device=None) -> torch.Tensor:
+    """``[<= k]`` distinct sorted cut positions ``t`` inside an answer (``start - 1 <= t``) that
+    leave ``span`` positions after them (``t <= length - 1 - span``), drawn from torch's global
+    generator (which :func:`common.training.train` seeds per step, so a resumed run draws the
+    same cuts). Empty when the answer is too short."""
+    lo, hi = max(start - 1, 0), length - 1 - span
+    if hi < lo:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    n = hi - lo + 1
+    pick = torch.randperm(n)[:k].sort().values + lo
+    return pick.to(device)
+
+
+def add_args(ap) -> None:
+    """The corpora's settings (training and held-out greedy answers)."""
+    ap.add_argument("--corpus", type=Path, required=True, help="training greedy corpus cache (built if missing)")
+    ap.add_argument("--prompts", type=int, default=256, help="ShareGPT prompts answered for training")
+    ap.add_argument("--heldout-corpus", type=Path, required=True, help="held-out greedy corpus cache")
+    ap.add_argument("--heldout-prompts", type=int, default=32)
+    ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--max-prompt-tokens", type=int, default=96, help="training prompts are cut to this")
+
+
+def from_args(a, model, tokenizer) -> dict:
+    """``{"train": [(ids [L], start)], "heldout": [...]}``: the held-out greedy corpus (the
+    first ``heldout_prompts`` ShareGPT prompts, shared with the teacher cache) and the training
+    one (the next ``prompts``), each built once and cached."""
+    check_range("--prompts", a.prompts, 1)
+    held = selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
+                                     max_new_tokens=a.answer_tokens)
+    train = selfdistill.load_or_build(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,
+                                      max_prompt_tokens=a.max_prompt_tokens, skip=a.heldout_prompts)
+    dev = model.device
+
+    def seqs(corpus):
+        return [(torch.tensor(c["ids"], device=dev), int(c["start"])) for c in corpus]
+    out = {"train": seqs(train), "heldout": seqs(held)}
+    if not any(len(ids) - start >= 2 for ids, start in out["train"]):
+        raise UserError(f"the training corpus {a.corpus} has no answer of 2 tokens or more")
+    return out
