@@ -45,6 +45,8 @@ if RERUN:
     include: "rules/cross.smk"
     include: "rules/ppd_pipelined.smk"
     include: "rules/bild.smk"
+    include: "rules/prompt_decoding.smk"
+    include: "rules/firp.smk"
 else:
     check_raw_records()
 include: "rules/artifacts.smk"

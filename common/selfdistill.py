@@ -78,12 +78,18 @@ def _main(argv=None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--skip", type=int, default=0, help="answer the prompts after the first SKIP (held out)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=None, help="cut prompts to their last N tokens")
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok = load_model(a.model)
-    corpus = load_or_build(a.out, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens)
+    # only non-default settings enter the cache key, so the held-out corpus keeps its key
+    kw = {"skip": a.skip} if a.skip else {}
+    if a.max_prompt_tokens is not None:
+        kw["max_prompt_tokens"] = a.max_prompt_tokens
+    corpus = load_or_build(a.out, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens, **kw)
     print(f"{len(corpus)} sequences, {sum(len(c['ids']) - c['start'] for c in corpus)} answer tokens -> {a.out}")
 
 

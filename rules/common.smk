@@ -116,6 +116,38 @@ def teacher_flags(c, t):
             f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
 
 
+def parent_of_ckpt(wildcards, output):
+    """A trainer's output folder, read from its checkpoint path."""
+    return str(Path(output.ckpt).parent)
+
+
+def variant_config(section, variant):
+    """A paper section's training settings with one variant's overrides (``variants:`` in config)."""
+    return {**P.raw[section]["train"], **P.raw[section]["variants"][variant]}
+
+
+def pd_train_config(wildcards):
+    return variant_config("prompt_decoding", wildcards.pdv)
+
+
+def pd_stopping_flags(wildcards):
+    return stopping_flags(pd_train_config(wildcards))
+
+
+def firp_train_config(wildcards):
+    return variant_config("firp", wildcards.firpv)
+
+
+def firp_stopping_flags(wildcards):
+    return stopping_flags(firp_train_config(wildcards))
+
+
+def firp_layer_flag(wildcards):
+    """``--layers a,b,c`` when the variant fixes them; none: the paper's fractions of depth."""
+    layers = firp_train_config(wildcards).get("layers")
+    return f"--layers {','.join(map(str, layers))}" if layers else ""
+
+
 def bild_sweep_inputs(wildcards):
     """A BiLD sweep's large model and, in the embedded profile, the trained small model of the
     variant (BILD, BILDR: rules/bild.smk)."""

@@ -83,3 +83,21 @@ rule distill_draft:
         " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} --layers {params.d[layers]} {params.stop}"
         " --lr {params.d[lr]} --batch-size {params.d[batch_size]} --threads {params.t} > {log} 2>&1"
+
+
+# The in-forward trainers' data (prompt tokens, FIRP's maps): the base model's greedy answers to
+# the ShareGPT prompts after the held-out ones (common.seqtrain). One rule, so two trainers
+# running at once never build the same cache.
+rule seq_corpus:
+    input: model_files()
+    output: f"{COMP}/seqcorpus.pt"
+    conda: "../env.yml"
+    log: f"{LOGS}/seq_corpus.log"
+    benchmark: f"{BENCH}/seq_corpus.tsv"
+    threads: rule_threads("seq_corpus")
+    resources: **rule_resources("seq_corpus")
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], s=C["seqcorpus"], t=P.threads
+    shell:
+        "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
+        " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
+        " --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"

@@ -1,0 +1,32 @@
+# FIRP: the K affine maps trained on the base model's greedy answers (frozen model), their
+# held-out accuracy per step (the tree search's input) stored in the checkpoint. Raw statistics
+# and learning curves under <root>/firp/raw/.
+FIRP = P.raw["firp"]
+FIRP_RAW = f"{ROOT}/firp/raw"
+
+
+wildcard_constraints:
+    firpv="|".join(FIRP["variants"]),
+
+
+rule firp_train:
+    input: corpus=f"{COMP}/corpus.pt", seqcorpus=f"{COMP}/seqcorpus.pt"
+    output:
+        ckpt=f"{COMP}/firp_maps/{{firpv}}/maps.pt",
+        stats=f"{FIRP_RAW}/train_{{firpv}}_stats.json",
+        curve=f"{FIRP_RAW}/train_{{firpv}}_curve.jsonl",
+    conda: "../env.yml"
+    log: f"{LOGS}/firp_train_{{firpv}}.log"
+    benchmark: f"{BENCH}/firp_train_{{firpv}}.tsv"
+    threads: rule_threads("firp_train")
+    resources: **rule_resources("firp_train")
+    params:
+        env=ENV, py=PY, m=P.model, tr=firp_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, out=parent_of_ckpt,
+        stop=firp_stopping_flags, layers=firp_layer_flag,
+    shell:
+        "{params.env} {params.py} -m firp.train --model {params.m} --out {params.out}"
+        " --corpus {input.seqcorpus} --prompts {params.s[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
+        " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
+        " --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
+        " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
+        " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"

@@ -1,0 +1,32 @@
+# Parallel prompt decoding: prompt tokens trained on the base model's greedy answers (frozen
+# model, only the embeddings learn), their held-out accuracy per distance (the sparse tree's
+# input) stored in the checkpoint. Raw statistics and learning curves under <root>/prompt_decoding/raw/.
+PD = P.raw["prompt_decoding"]
+PD_RAW = f"{ROOT}/prompt_decoding/raw"
+
+
+wildcard_constraints:
+    pdv="|".join(PD["variants"]),
+
+
+rule pd_train:
+    input: corpus=f"{COMP}/corpus.pt", seqcorpus=f"{COMP}/seqcorpus.pt"
+    output:
+        ckpt=f"{COMP}/prompt_tokens/{{pdv}}/prompts.pt",
+        stats=f"{PD_RAW}/train_{{pdv}}_stats.json",
+        curve=f"{PD_RAW}/train_{{pdv}}_curve.jsonl",
+    conda: "../env.yml"
+    log: f"{LOGS}/pd_train_{{pdv}}.log"
+    benchmark: f"{BENCH}/pd_train_{{pdv}}.tsv"
+    threads: rule_threads("pd_train")
+    resources: **rule_resources("pd_train")
+    params:
+        env=ENV, py=PY, m=P.model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, out=parent_of_ckpt,
+        stop=pd_stopping_flags,
+    shell:
+        "{params.env} {params.py} -m prompt_decoding.train --model {params.m} --out {params.out}"
+        " --corpus {input.seqcorpus} --prompts {params.s[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
+        " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
+        " --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
+        " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
+        " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"
