@@ -12,7 +12,6 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -110,21 +109,3 @@ def pct(x) -> float:
     return round(100 * float(x), 2)
 
 
-def share(flags: Iterable[bool]) -> str:
-    """'7/9' for a list of comparisons that should each hold."""
-    flags = [bool(f) for f in flags if f is not None and not (isinstance(f, float) and np.isnan(f))]
-    return f"{sum(flags)}/{len(flags)}"
-
-
-def trend(what: str, ours: Iterable[bool], paper: Iterable[bool] | None = None) -> str:
-    """One computed line: how often a comparison holds in the paper's numbers and in ours
-    (``paper`` None: the paper states it as a claim, with no numbers to count)."""
-    ours = share(ours)
-    n_o, d_o = map(int, ours.split("/"))
-    verdict = ("holds" if n_o == d_o else "mostly holds" if 2 * n_o > d_o else "does not hold") if d_o else "untested"
-    if paper is None:
-        return f"{what}: ours {ours} -> the paper's claim {verdict} here"
-    paper = share(paper)
-    n_p, d_p = map(int, paper.split("/"))
-    return f"{what}: paper {paper}, ours {ours} -> the paper's trend {verdict} here" + (
-        "" if n_p == d_p else " (the paper itself has exceptions)")

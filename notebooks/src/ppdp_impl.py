@@ -18,7 +18,8 @@ import pandas as pd
 
 from common.records import read_jsonl
 from ppd_pipelined import theory
-from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance, data_note, trend
+from common.report import trend
+from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance, data_note
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 TASKS, tasks3 = list(R.cfg.tasks), list(R.cfg.table3.tasks)

@@ -18,7 +18,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from ppd_pipelined.tables import LABEL, Render, paper_numbers, pct, provenance, ranks_frame, trend
+from common.report import trend
+from ppd_pipelined.tables import LABEL, Render, paper_numbers, pct, provenance, ranks_frame
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 TASKS, KS = list(R.cfg.tasks), list(R.cfg.ks)

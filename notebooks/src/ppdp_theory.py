@@ -18,7 +18,8 @@ import pandas as pd
 
 from ppd_pipelined import theory
 from ppd_pipelined.decoding import run_lengths
-from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance, ranks_frame, trend
+from common.report import trend
+from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance, ranks_frame
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 TASKS, KS, mid = list(R.cfg.tasks), list(R.cfg.ks), R.cfg.mid_layer
