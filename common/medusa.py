@@ -32,7 +32,7 @@ from .decoders.base import Option
 from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk
 from .errors import UserError, check_range, cli_main
 from .teacher import TeacherData
-from .training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, save_trained, train
+from .training import Stopping, TrainConfig, fingerprint, load_trained, save_trained, train
 from .tree import chain_paths, load_tree, save_tree
 from .tree_search import best_tree, expected_accept_length
 
@@ -356,15 +356,12 @@ class Medusa(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        folder = self.cfg["heads"]
-        if folder is None:
-            raise UserError("decoder 'medusa' needs heads=<folder with heads.pt> (train: python -m common.medusa)")
-        folder = Path(folder)
-        state = read_trained(folder / "heads.pt", hint="train Medusa heads first (python -m common.medusa)")
+        def meta_for(meta):  # labels and train_vocab say how they were trained, not for which model
+            return {**heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))),
+                    **{k: meta[k] for k in ("labels", "train_vocab") if k in meta}}
+        folder, state = self.trained_component("heads", "heads.pt", "python -m common.medusa", meta_for)
         meta = state["identity"]["meta"]
-        n_heads, shared = int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))
-        if {k: meta[k] for k in meta if k not in ("labels", "train_vocab")} != heads_meta(model, n_heads, shared):
-            raise UserError(f"Medusa heads at {folder} were trained for {meta}, not {heads_meta(model, n_heads, shared)}")
+        n_heads, shared = int(meta["n_heads"]), bool(meta["share_lm_head"])
         self.heads = new_heads(model, n_heads, shared)
         load_trained(self.heads, state)
         self.heads.for_decoding(model)

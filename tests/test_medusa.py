@@ -89,7 +89,7 @@ def test_medusa_bad_input(tiny, trained, tmp_path):
     out, _ = trained
     with pytest.raises(UserError, match="needs heads"):
         get_decoder("medusa", tiny)
-    with pytest.raises(UserError, match="heads.pt does not exist; train Medusa heads first"):
+    with pytest.raises(UserError, match=r"heads.pt does not exist; train it first \(python -m common.medusa\)"):
         get_decoder("medusa", tiny, heads=str(tmp_path))
     other = tiny_llama(seed=1, layers=2)
     with pytest.raises(UserError, match="trained for"):
