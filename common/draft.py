@@ -13,7 +13,6 @@ target's greedy tokens on held-out greedy answers flattens. It is saved as an or
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +24,7 @@ from .errors import UserError, check_range, cli_main
 from .forward import num_layers
 from .models import param_count
 from .teacher import TeacherData
+from .records import read_jsonl, write_json, write_jsonl
 from .training import Stopping, TrainConfig, train
 
 
@@ -169,10 +169,9 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
              "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
              "stopping": asdict(stop), "config": asdict(cfg), "teacher": teacher["key"],
              "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads()}
-    (out_dir / "stats.json").write_text(json.dumps(stats, indent=1))
+    write_json(out_dir / "stats.json", stats)
     if curve_path is not None and Path(curve_path) != curve_file:
-        Path(curve_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(curve_path).write_text(curve_file.read_text())
+        write_jsonl(curve_path, read_jsonl(curve_file))
     return stats
 
 

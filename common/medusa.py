@@ -20,7 +20,6 @@ Decoder ``medusa`` verifies the heads' candidates with the tree loop.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +31,7 @@ from .decoders.base import Option
 from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk
 from .errors import UserError, check_range, cli_main
 from .teacher import TeacherData
+from .records import read_jsonl, write_json, write_jsonl
 from .training import Stopping, TrainConfig, fingerprint, load_trained, save_trained, train
 from .tree import chain_paths, load_tree, save_tree
 from .tree_search import best_tree, expected_accept_length
@@ -292,10 +292,9 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
         stats["trees"][n] = expected_accept_length(paths, acc)
         save_tree(out_dir / f"tree_{n}.json", paths, expected_accept_length=stats["trees"][n],
                   source="medusa top-k accuracy on held-out self-distilled answers")
-    (out_dir / "stats.json").write_text(json.dumps(stats, indent=1))
+    write_json(out_dir / "stats.json", stats)
     if curve_path is not None and Path(curve_path) != curve_file:
-        Path(curve_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(curve_path).write_text(curve_file.read_text())
+        write_jsonl(curve_path, read_jsonl(curve_file))
     return stats
 
 

@@ -55,6 +55,15 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> None:
             w.write(r)
 
 
+def write_json(path: Path, obj) -> None:
+    """``obj`` as indented JSON at ``path``, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     with open(path) as fh:
         return [json.loads(line) for line in fh if line.strip()]

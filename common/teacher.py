@@ -214,8 +214,8 @@ def _main(argv=None) -> None:
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
              "threads": torch.get_num_threads(), **provenance(a.model)}
     if a.stats_out:
-        a.stats_out.parent.mkdir(parents=True, exist_ok=True)
-        a.stats_out.write_text(json.dumps(stats, indent=1))
+        from .records import write_json
+        write_json(a.stats_out, stats)
     print(json.dumps(stats, indent=1))
 
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from .config import TrainConfig  # defined torch-free (the workflow builds it while planning)
 from .errors import UserError, check_range
+from .records import write_json, write_jsonl
 
 
 def _schedule(total: int, warmup: int, shape: str = "linear"):
@@ -267,25 +268,8 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))
 
 
-def write_json(path: Path, obj) -> None:
-    """``obj`` as indented JSON at ``path``, written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def _fmt(v) -> str:
     return "[" + ", ".join(f"{x:.3f}" for x in v) + "]" if isinstance(v, (list, tuple)) else f"{v:.4f}"
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(path) + ".partial")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
 
 
 def fingerprint(model) -> dict:

@@ -43,10 +43,12 @@ from .maps import FirpMaps
 
 
 def anchor_logits(model, maps: FirpMaps, cache, hidden: list[torch.Tensor], anchors: torch.Tensor, length: int,
-                  mask_earlier: bool = False) -> torch.Tensor:
+                  mask_earlier: bool = False, trace: list | None = None) -> torch.Tensor:
     """``[B, K, V]`` logits of every anchor's pseudo states (with gradients into ``maps``).
 
     ``cache`` holds the sequence's ``length`` positions and is restored to them on return.
+    ``trace``: a list that receives, per step, the ``[B, H]`` pseudo states after each layer
+    ``t_i .. d-1`` (the layers then run one at a time; same values).
     """
     d, B, dev = num_layers(model), anchors.numel(), anchors.device
     prefix = torch.arange(length, device=dev)[None, :] <= anchors[:, None]            # [B, L]
@@ -57,7 +59,15 @@ def anchor_logits(model, maps: FirpMaps, cache, hidden: list[torch.Tensor], anch
         # at layer t_i the cache holds the sequence and the i earlier steps' blocks (B each)
         earlier = [torch.zeros_like(own) if mask_earlier else own for _ in range(i)]
         past_allow = torch.cat([prefix, *earlier], dim=1)
-        h = run_layers(model, states[None], cache, layer, d, (anchors + 1 + i)[None], own, past_allow)
+        pos = (anchors + 1 + i)[None]
+        if trace is None:
+            h = run_layers(model, states[None], cache, layer, d, pos, own, past_allow)
+        else:
+            h, per = states[None], []
+            for li in range(layer, d):
+                h = run_layers(model, h, cache, li, li + 1, pos, own, past_allow)
+                per.append(h[0])
+            trace.append(per)
         out.append(model.lm_head(final_norm(model, h[0])))
     crop_to(cache, length)
     return torch.stack(out, dim=1)
@@ -109,7 +119,8 @@ def make_loss(model, seqs: list[tuple[torch.Tensor, int]], anchors: int, mask_ea
 def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], anchors: int = 16,
                mask_earlier: bool = False, eval_seqs: int = 16, curve_path: Path | None = None) -> dict:
     """Train FIRP's maps for ``layers``; returns the stats (also ``out/stats.json``)."""
-    from common.training import train, write_json, write_jsonl
+    from common.records import write_json, write_jsonl
+    from common.training import train
 
     from .decoding import maps_meta, new_maps
 

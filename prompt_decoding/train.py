@@ -141,7 +141,8 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
             table uses all of them).
         text_seqs: the no-distillation variant's training sequences (reference replies).
     """
-    from common.training import train, write_json, write_jsonl
+    from common.records import write_json, write_jsonl
+    from common.training import train
 
     from .decoding import new_prompts, prompts_meta
 

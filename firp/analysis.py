@@ -1,0 +1,96 @@
+"""How close FIRP's pseudo states come to the real ones (Figure 4), layer by layer.
+
+For every anchor ``q`` inside the held-out greedy answers, step ``i``'s pseudo state enters at
+layer ``t_i`` and runs through the layers above it exactly as in decoding
+(:func:`firp.train.anchor_logits` with a trace); after each layer ``l`` it is compared with
+the real state of position ``q + 1 + i`` there (the model's own forward over its greedy text).
+Also measured: the untrained start (the identity map: the anchor's own state moved forward),
+so the table shows what training adds. Raw JSONL, one record per (maps, step, layer):
+
+    python -m firp.analysis --model smollm2-135m-instruct --maps .cache/components/embedded/firp_maps/main \\
+        --heldout-corpus .cache/components/embedded/corpus.pt --out results/firp/raw/cosine_main.jsonl
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from common.errors import UserError, cli_main
+from common.seqtrain import teacher_forward
+
+from .maps import FirpMaps
+from .train import anchor_logits
+
+
+@torch.inference_mode()
+def cosine_by_layer(model, maps: FirpMaps, seqs: list[tuple[torch.Tensor, int]], mask_earlier: bool = False) -> list[dict]:
+    """Mean cosine similarity of step ``i``'s pseudo states to the real states, per layer above
+    ``t_i``: ``[{"step", "layer", "cosine", "n"}]`` (``layer`` = the layer whose output is compared)."""
+    K = maps.steps
+    sums: dict[tuple[int, int], float] = {}
+    count = 0
+    for ids, start in seqs:
+        L = ids.numel()
+        anchors = torch.arange(max(start - 1, 0), L - K, device=ids.device)
+        if anchors.numel() == 0:
+            continue
+        cache, hidden, _ = teacher_forward(model, ids, hidden_states=True)
+        trace: list = []
+        anchor_logits(model, maps, cache, hidden, anchors, L, mask_earlier, trace=trace)
+        for i, per in enumerate(trace):
+            for j, h in enumerate(per):
+                layer = maps.layers[i] + j
+                real = hidden[layer + 1][anchors + 1 + i]          # output of `layer` at q + 1 + i
+                cos = torch.nn.functional.cosine_similarity(h.float(), real.float(), dim=-1)
+                sums[(i, layer)] = sums.get((i, layer), 0.0) + float(cos.sum())
+        count += anchors.numel()
+    if not count:
+        raise UserError("no held-out answer is long enough for the prediction steps")
+    return [{"step": i + 1, "layer": layer, "cosine": v / count, "n": count} for (i, layer), v in sorted(sums.items())]
+
+
+def _main(argv=None) -> None:
+    import argparse
+
+    from common import selfdistill
+    from common.hardware import code_version, describe
+    from common.models import load_model
+    from common.records import JsonlWriter
+    from common.training import read_trained
+
+    from .decoding import maps_meta, new_maps
+
+    ap = argparse.ArgumentParser(description="FIRP: cosine similarity of pseudo states to the real states, per layer")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--maps", type=Path, required=True, help="folder with maps.pt (python -m firp.train)")
+    ap.add_argument("--heldout-corpus", type=Path, required=True)
+    ap.add_argument("--heldout-prompts", type=int, default=32)
+    ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, tok = load_model(a.model)
+    state = read_trained(a.maps / "maps.pt", hint="train it first (python -m firp.train)")
+    meta = state["identity"]["meta"]
+    if {k: v for k, v in meta.items() if k != "mask_earlier"} != maps_meta(model, meta.get("layers", [])):
+        raise UserError(f"maps at {a.maps} were trained for {meta}, not for {a.model}")
+    corpus = selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
+                                       max_new_tokens=a.answer_tokens)
+    seqs = [(torch.tensor(c["ids"]), int(c["start"])) for c in corpus]
+    mask_earlier = bool(meta.get("mask_earlier", False))
+    trained = new_maps(model, meta["layers"])
+    trained.load_state_dict(state["module"])
+    prov = {"model": a.model, "hardware": describe("cpu"), "code_version": code_version(), "maps": str(a.maps),
+            "layers": meta["layers"], "mask_earlier": mask_earlier}
+    with JsonlWriter(a.out) as w:
+        for name, maps in (("trained", trained), ("identity", new_maps(model, meta["layers"]))):
+            for r in cosine_by_layer(model, maps, seqs, mask_earlier):
+                w.write({"maps_state": name, **r, **prov})
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    cli_main(_main)
