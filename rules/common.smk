@@ -133,6 +133,11 @@ def parent_of_ckpt(wildcards, output):
     return str(Path(output.ckpt).parent)
 
 
+def parent_of_maps(wildcards, input):
+    """The FIRP maps folder, read from its checkpoint path."""
+    return str(Path(input.maps).parent)
+
+
 def variant_config(section, variant):
     """A paper section's training settings with one variant's overrides (``variants:`` in config)."""
     return {**P.raw[section]["train"], **P.raw[section]["variants"][variant]}

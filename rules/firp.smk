@@ -30,3 +30,19 @@ rule firp_train:
         " --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
         " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"
+
+
+# Figure 4: how close the pseudo states come to the real ones, layer by layer (firp.analysis).
+rule firp_cosine:
+    input: maps=f"{COMP}/firp_maps/{{firpv}}/maps.pt", corpus=f"{COMP}/corpus.pt"
+    output: f"{FIRP_RAW}/cosine_{{firpv}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/firp_cosine_{{firpv}}.log"
+    benchmark: f"{BENCH}/firp_cosine_{{firpv}}.tsv"
+    threads: rule_threads("firp_cosine")
+    resources: **rule_resources("firp_cosine")
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, maps=parent_of_maps
+    shell:
+        "{params.env} {params.py} -m firp.analysis --model {params.m} --maps {params.maps}"
+        " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
+        " --threads {params.t} --out {output} > {log} 2>&1"
