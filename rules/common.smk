@@ -151,6 +151,17 @@ def pd_stopping_flags(wildcards):
     return stopping_flags(pd_train_config(wildcards))
 
 
+def pd_bench_inputs(wildcards):
+    """The model, the main prompt tokens and, when Medusa runs beside them, its heads."""
+    comp = f".cache/components/{P.name}"
+    heads = [f"{comp}/medusa/heads.pt"] if P.raw["prompt_decoding"]["bench"].get("medusa") else []
+    return [*model_files(), f"{comp}/prompt_tokens/main/prompts.pt", *heads]
+
+
+def pd_bench_prompts(wildcards):
+    return P.raw["prompt_decoding"]["bench"]["datasets"][wildcards.pdset]
+
+
 def firp_train_config(wildcards):
     return variant_config("firp", wildcards.firpv)
 

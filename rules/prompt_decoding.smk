@@ -1,12 +1,15 @@
 # Parallel prompt decoding: prompt tokens trained on the base model's greedy answers (frozen
 # model, only the embeddings learn), their held-out accuracy per distance (the sparse tree's
 # input) stored in the checkpoint. Raw statistics and learning curves under <root>/prompt_decoding/raw/.
+from prompt_decoding import workflow as pd_workflow
+
 PD = P.raw["prompt_decoding"]
 PD_RAW = f"{ROOT}/prompt_decoding/raw"
 
 
 wildcard_constraints:
     pdv="|".join(PD["variants"]),
+    pdset="|".join(PD["bench"]["datasets"]),
 
 
 rule pd_train:
@@ -30,3 +33,25 @@ rule pd_train:
         " --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
         " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"
+
+
+# The decoding benchmark of one dataset (prompt_decoding.workflow): vanilla, Medusa and prompt
+# decoding at every tree size, interleaved per prompt; resumable.
+rule pd_bench:
+    input: pd_bench_inputs
+    output: f"{PD_RAW}/bench_{{pdset}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/pd_bench_{{pdset}}.log"
+    benchmark: f"{BENCH}/pd_bench_{{pdset}}.tsv"
+    # exclusive in every profile's resources: timing rules never share the machine with another job.
+    threads: rule_threads("pd_bench")
+    resources: **rule_resources("pd_bench")
+    params:
+        env=ENV, py=PY, p=P, b=PD["bench"], n=pd_bench_prompts,
+        decoders=pd_workflow.decoders(PD["bench"], COMP), dcfg=pd_workflow.decoder_config(PD["bench"], COMP),
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        " --dataset {wildcards.pdset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
+        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
+        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
+        " --resume --out {output} > {log} 2>&1"
