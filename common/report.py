@@ -65,7 +65,7 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
 
     ``step_cost`` is the mean over its verification steps (the prefill excluded) of
     ``T(q) / T(1)`` on the machine's cost curve, ``q`` being the step's verified positions
-    (proposed tokens + the root); ``limit = tau * T(1) / T(step)`` with ``tau`` its mean accepted
+    (proposed tokens + the root + injected positions, in full-forward equivalents); ``limit = tau * T(1) / T(step)`` with ``tau`` its mean accepted
     length: the speedup it would reach if a step cost only its verification forward. ``pct_of_limit``
     = measured speedup / limit: below 100% is the price of proposing (drafts, heads) and of
     everything around the forward. Decoders that record no per-step proposals (``vanilla``:
@@ -83,7 +83,10 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
         if name == baseline:
             cost = 1.0
         elif all(p is not None for p in proposed):
-            qs = [n + 1 for p in proposed for n in p[1:]]  # p[0] is the prefill
+            # p[0] is the prefill; positions injected into the forward (prompt tokens, pseudo
+            # states, recorded in full-forward equivalents) count with the tree's
+            injected = [r.get("injected") or [0.0] * len(p) for r, p in zip(g.extra, proposed)]
+            qs = [n + 1 + x for p, inj in zip(proposed, injected) for n, x in zip(p[1:], inj[1:])]
             cost = sum(map(ratio, qs)) / len(qs) if qs else float("nan")
         else:
             rows.append({"decoder": name, "step_cost": None, "limit": None, "pct_of_limit": None})

@@ -198,7 +198,7 @@ class PromptDecoding(TreeDecoder):
             return {k: StateTree(tuple(p for p in paths if len(p) <= k), (m,) * (1 + sum(len(p) <= k for p in paths)))
                     for k in range(1, m + 1)}
         if self.cfg["shape"] == "static":  # the largest static tree within the size
-            n_c = max(0, tree // m - 1)
+            n_c = max(0, tree // (m + 1) - 1)  # (n_c + 1) nodes, each itself + m prompt tokens
             return static(acc, m, n_c)
         return best_split(acc, m, tree)[0]
 

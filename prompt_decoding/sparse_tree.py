@@ -167,3 +167,30 @@ def hardware_size(acc, m: int, sizes, cost) -> dict:
         table.append({"size": n, "tau": r + 1.0, "cost": cost(n), "speedup": (r + 1.0) / cost(n)})
     best = max(table, key=lambda row: row["speedup"])
     return {**best, "table": table}
+
+
+def random_tree(acc, m: int, size: int, seed: int = 0) -> dict[int, StateTree]:
+    """The random tree of the comparison (Figure 8 (a)): in each state the dynamic tree's
+    numbers of candidates and prompt tokens, but candidates grown at random (a random rank
+    under a random node, prefix-closed, ranks below the table's width) and prompt tokens
+    allotted at random (each node keeps one)."""
+    trees, _ = best_split(acc, m, size)
+    rng = np.random.default_rng(seed)
+    width = len(acc[0])
+    out = {}
+    for k, t in trees.items():
+        n_c, n_p = len(t.paths), t.prompt_tokens
+        paths: list[tuple[int, ...]] = []
+        for _ in range(100 * (n_c + 1)):
+            if len(paths) == n_c:
+                break
+            parents = [()] + [p for p in paths if len(p) < k]
+            child = parents[int(rng.integers(len(parents)))] + (int(rng.integers(width)),)
+            if child not in paths:
+                paths.append(child)
+        carry = [1] * (len(paths) + 1)
+        for _ in range(min(n_p, m * len(carry)) - len(carry)):
+            open_ = [i for i, c in enumerate(carry) if c < m]
+            carry[open_[int(rng.integers(len(open_)))]] += 1
+        out[k] = StateTree(tuple(sorted(paths, key=lambda p: (len(p), p))), tuple(carry))
+    return out

@@ -193,3 +193,28 @@ def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_l
     state = torch.load(tmp_path / "pt" / "prompts.pt", weights_only=False)
     assert state["acc"] == stats["acc"] and state["done"]
     assert_exact_and_accepting(model, "prompt_decoding", prompts=3, prompt_tokens=str(tmp_path / "pt"), tree=10)
+
+
+def test_random_trees_keep_the_dynamic_trees_budget_and_lose_to_it():
+    from prompt_decoding.sparse_tree import amortized, best_split, random_tree
+
+    trees, r = best_split(ACC, 3, 20)
+    rand = random_tree(ACC, 3, 20, seed=1)
+    for k in trees:
+        assert rand[k].size == trees[k].size and min(rand[k].carry) >= 1
+        assert all(p[:-1] == () or p[:-1] in rand[k].paths for p in rand[k].paths)   # prefix-closed
+    assert amortized(rand, ACC) <= r + 1e-9
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "static"])
+def test_every_state_tree_fits_the_configured_size(tiny, tmp_path, shape):
+    """``tree`` is the verified positions a step may use: no state's tree exceeds it (a static
+    tree of n_c candidates takes (n_c + 1) * (m + 1) positions)."""
+    from common.decoders import get_decoder
+
+    save_trained(new_prompts(tiny, 3, 1), tmp_path / "pt" / "prompts.pt", prompts_meta(tiny, 3, 1, "ensemble"))
+    for size in (8, 14, 24, 31):
+        dec = get_decoder("prompt_decoding", tiny, prompt_tokens=str(tmp_path / "pt"), tree=size, shape=shape)
+        assert max(t.size for t in dec.trees.values()) <= size, (shape, size)
+        if shape == "static":
+            assert all(set(t.carry) == {3} for t in dec.trees.values())

@@ -31,7 +31,7 @@ import torch
 
 from .. import acceptance as acc
 from ..errors import UserError, unknown
-from ..forward import Injection, Verified
+from ..forward import Injection, Verified, num_layers
 from ..tree import TreeBuffers, build_tree, chain_paths
 from .base import DecodeOutput, Decoder, Option
 
@@ -229,6 +229,9 @@ class TreeDecoder(Decoder):
         tokens = [self.rule.next_token(logits, gen)]
         accept_lengths = [1]  # the prefill is step 1 (Spec-Bench)
         proposed, accepted = [0], [0]  # proposed tokens and accepted proposed tokens per step
+        # extra positions per step in full-forward equivalents (an injection at layer l runs d - l
+        # of the d layers): what the limit column adds to the step's verified positions
+        injected = [0.0]
         tokens, done = self.truncate(tokens, max_new_tokens)
         while not done:
             state = ProposerState(input_ids, tokens, hidden, max_new_tokens - len(tokens),
@@ -240,12 +243,22 @@ class TreeDecoder(Decoder):
             new = self.update_inputs_and_kv(prefix_len, path, tree_tokens, nxt)
             proposer.update(StepResult(proposal, path, verified, nxt))
             proposed.append(proposal.tree.size - 1)
+            injected.append(_full_positions(proposal.injections, self.target.model))
             accepted.append(path.numel() - 1)
             hidden = verified.hidden[path][None] if want_hidden else None
             before = len(tokens)
             tokens, done = self.truncate(tokens + new, max_new_tokens)
             accept_lengths.append(len(tokens) - before)
         return DecodeOutput(tokens, {"steps": len(accept_lengths), "accept_lengths": accept_lengths,
-                                     "proposed": proposed, "accepted": accepted,
+                                     "proposed": proposed, "accepted": accepted, "injected": injected,
                                      "target_forwards": self.target.forwards,
                                      "target_forward_s": self.target.forward_s, **proposer.stats()})
+
+
+def _full_positions(injections: Sequence[Injection], model) -> float:
+    """Injected positions in full-forward equivalents: one entering at layer ``l`` of ``d``
+    runs ``(d - l) / d`` of a real position's layers."""
+    if not injections:
+        return 0.0
+    d = num_layers(model)
+    return sum(int(inj.position_ids.numel()) * (d - inj.layer) / d for inj in injections)
