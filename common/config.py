@@ -162,16 +162,33 @@ def validate(config: dict, schema_path: Path = CONFIG_DIR / "schema.yaml") -> No
     check_decoder_labels(config)
 
 
+def label_lists(profile_raw: Mapping) -> dict[str, list[str]]:
+    """Every list of decoder labels a profile runs, by where it is: the cross groups
+    (``cross/groups/<group>``) and each paper section's benchmark (``<section>/bench/decoders``)."""
+    out = {f"cross/groups/{g}": list(ls) for g, ls in profile_raw["cross"]["groups"].items()}
+    for name, sec in profile_raw.items():
+        bench = sec.get("bench") if isinstance(sec, Mapping) else None
+        if isinstance(bench, Mapping) and "decoders" in bench:
+            out[f"{name}/bench/decoders"] = list(bench["decoders"])
+    return out
+
+
+def labels_config(profile: Profile, labels) -> dict:
+    """Options of the given decoder labels (labels without options left out)."""
+    return {k: dict(v) for k, v in profile.cross.decoder_config.items() if k in labels}
+
+
 def check_decoder_labels(config: dict) -> None:
     """Raise UserError on a decoder label or decoder_config key that nothing would use.
 
-    A group label ``name@variant`` must name a registered decoder and, when it has a variant,
-    a decoder_config entry; the shared decoder_config's keys must each be a label of some
-    group of some profile, a profile's own keys a label of one of its groups. Otherwise a
+    A label ``name@variant`` (of a cross group or a paper section's benchmark,
+    :func:`label_lists`) must name a registered decoder and, when it has a variant, a
+    decoder_config entry; the shared decoder_config's keys must each be a label some profile
+    runs, a profile's own keys a label it runs. Otherwise a
     typo would silently run a decoder with default options.
     """
     profiles = config["profiles"]
-    used = {n: {l for ls in p["cross"]["groups"].values() for l in ls} for n, p in profiles.items()}
+    used = {n: {l for ls in label_lists(p).values() for l in ls} for n, p in profiles.items()}
     everywhere = set().union(*used.values())
     shared = config.get("decoder_config", {})
     for key in shared:
@@ -184,9 +201,9 @@ def check_decoder_labels(config: dict) -> None:
             if key not in used[name]:
                 raise UserError(f"config profiles/{name}/cross/decoder_config/{key}: no group of profile "
                                 f"{name!r} runs {key!r}; labels in use: {', '.join(sorted(used[name]))}")
-        for group, labels in p["cross"]["groups"].items():
+        for place, labels in label_lists(p).items():
             for label in labels:
-                where = f"config profiles/{name}/cross/groups/{group}"
+                where = f"config profiles/{name}/{place}"
                 decoder = label.split("@")[0]
                 if DECODER_NAMES is not None and decoder not in DECODER_NAMES:
                     raise UserError(f"{where}: unknown decoder {decoder!r} in {label!r}; "
@@ -232,8 +249,7 @@ def load_artifacts() -> dict:
 
 def group_config(profile: Profile, group: str) -> dict:
     """Options of one benchmark group's decoder labels (labels without options left out)."""
-    labels = profile.cross.groups[group]
-    return {k: dict(v) for k, v in profile.cross.decoder_config.items() if k in labels}
+    return labels_config(profile, profile.cross.groups[group])
 
 
 def cross_components(profile: Profile) -> list[str]:

@@ -3,7 +3,7 @@ import json
 import os
 from pathlib import Path
 
-from common.config import group_config, rule_resources as _rule_resources
+from common.config import group_config, labels_config, rule_resources as _rule_resources
 from common.models import MODELS, checkpoint_dir
 
 
@@ -86,23 +86,51 @@ def group_decoders(wildcards):
     return ",".join(P.cross.groups[wildcards.group])
 
 
-COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json"}
-COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model"}
+# Placeholders decoder options may name (config decoder_config) -> the trained component's file
+# (what the rule waits for) and folder (what the decoder is given), under .cache/components/<profile>/.
+COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json",
+                   "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt"}
+COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
+                  "{firp}": "firp_maps/main"}
 
 
-def group_inputs(wildcards):
-    """The model plus every trained component the group's decoders name."""
-    text = json.dumps(group_config(P, wildcards.group))
+def components_of(options):
+    """The model plus every trained component some decoder options name."""
+    text = json.dumps(options)
     comps = [f".cache/components/{P.name}/{f}" for key, f in COMPONENT_FILES.items() if key in text]
     return [*model_files(), *comps]
 
 
-def group_decoder_config(wildcards):
-    """The group's decoder options as JSON, component placeholders replaced by their folders."""
-    text = json.dumps(group_config(P, wildcards.group))
+def with_components(options):
+    """Decoder options as JSON, component placeholders replaced by their folders."""
+    text = json.dumps(options)
     for key, folder in COMPONENT_DIRS.items():
         text = text.replace(key, f".cache/components/{P.name}/{folder}")
     return text
+
+
+def group_inputs(wildcards):
+    """The model plus every trained component the group's decoders name."""
+    return components_of(group_config(P, wildcards.group))
+
+
+def group_decoder_config(wildcards):
+    """The group's decoder options as JSON, component placeholders replaced by their folders."""
+    return with_components(group_config(P, wildcards.group))
+
+
+def section_bench_inputs(section):
+    """Input function of a paper section's benchmark rule: the model and the components its
+    decoders name."""
+    def inputs(wildcards):
+        return components_of(labels_config(P, P.raw[section]["bench"]["decoders"]))
+    inputs.__name__ = f"{section}_bench_inputs"
+    return inputs
+
+
+def section_bench_config(section):
+    """A paper section's benchmark options as JSON (placeholders replaced)."""
+    return with_components(labels_config(P, P.raw[section]["bench"]["decoders"]))
 
 
 def parent_of_heads(wildcards, output):
@@ -149,13 +177,6 @@ def pd_train_config(wildcards):
 
 def pd_stopping_flags(wildcards):
     return stopping_flags(pd_train_config(wildcards))
-
-
-def pd_bench_inputs(wildcards):
-    """The model, the main prompt tokens and, when Medusa runs beside them, its heads."""
-    comp = f".cache/components/{P.name}"
-    heads = [f"{comp}/medusa/heads.pt"] if P.raw["prompt_decoding"]["bench"].get("medusa") else []
-    return [*model_files(), f"{comp}/prompt_tokens/main/prompts.pt", *heads]
 
 
 def pd_bench_prompts(wildcards):

@@ -1,8 +1,6 @@
 # Parallel prompt decoding: prompt tokens trained on the base model's greedy answers (frozen
 # model, only the embeddings learn), their held-out accuracy per distance (the sparse tree's
 # input) stored in the checkpoint. Raw statistics and learning curves under <root>/prompt_decoding/raw/.
-from prompt_decoding import workflow as pd_workflow
-
 PD = P.raw["prompt_decoding"]
 PD_RAW = f"{ROOT}/prompt_decoding/raw"
 
@@ -35,10 +33,10 @@ rule pd_train:
         " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"
 
 
-# The decoding benchmark of one dataset (prompt_decoding.workflow): vanilla, Medusa and prompt
-# decoding at every tree size, interleaved per prompt; resumable.
+# The decoding benchmark of one dataset: the section's decoders (vanilla, Medusa and prompt decoding
+# at every tree size; options in config decoder_config), interleaved per prompt; resumable.
 rule pd_bench:
-    input: pd_bench_inputs
+    input: section_bench_inputs("prompt_decoding")
     output: f"{PD_RAW}/bench_{{pdset}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/pd_bench_{{pdset}}.log"
@@ -48,7 +46,7 @@ rule pd_bench:
     resources: **rule_resources("pd_bench")
     params:
         env=ENV, py=PY, p=P, b=PD["bench"], n=pd_bench_prompts,
-        decoders=pd_workflow.decoders(PD["bench"], COMP), dcfg=pd_workflow.decoder_config(PD["bench"], COMP),
+        decoders=",".join(PD["bench"]["decoders"]), dcfg=section_bench_config("prompt_decoding"),
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.pdset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
