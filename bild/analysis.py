@@ -4,7 +4,7 @@ its summary (Table 1: best speedup with no quality loss, and within ~1 point).
 
 Latency is the mean wall time per prompt over the same prompts in the same run, divided by
 ``vanilla``'s (the large model alone); quality is the task's corpus metric over the outputs
-(:mod:`bild.metrics`); the fallback and rollback rates come from the decoder's stats.
+(:mod:`common.metrics`); the fallback and rollback rates come from the decoder's stats.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from .metrics import METRICS, agreement
+from common.metrics import METRICS, agreement
 
 LABEL = re.compile(r"^bild@fb(?P<fb>[0-9.]+)_rb(?P<rb>[0-9.]+|inf)$")
 

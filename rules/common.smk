@@ -183,6 +183,10 @@ def pd_bench_prompts(wildcards):
     return P.raw["prompt_decoding"]["bench"]["datasets"][wildcards.pdset]
 
 
+def firp_bench_prompts(wildcards):
+    return P.raw["firp"]["bench"]["datasets"][wildcards.firpset]
+
+
 def firp_train_config(wildcards):
     return variant_config("firp", wildcards.firpv)
 

@@ -7,6 +7,7 @@ FIRP_RAW = f"{ROOT}/firp/raw"
 
 wildcard_constraints:
     firpv="|".join(FIRP["variants"]),
+    firpset="|".join(FIRP["bench"]["datasets"]),
 
 
 rule firp_train:
@@ -46,3 +47,25 @@ rule firp_cosine:
         "{params.env} {params.py} -m firp.analysis --model {params.m} --maps {params.maps}"
         " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --threads {params.t} --out {output} > {log} 2>&1"
+
+
+# The decoding benchmark of one dataset: the section's decoders (vanilla, self-speculative, Medusa
+# and FIRP per tree size; options in config decoder_config), interleaved per prompt; resumable.
+rule firp_bench:
+    input: section_bench_inputs("firp")
+    output: f"{FIRP_RAW}/bench_{{firpset}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/firp_bench_{{firpset}}.log"
+    benchmark: f"{BENCH}/firp_bench_{{firpset}}.tsv"
+    # exclusive in every profile's resources: timing rules never share the machine with another job.
+    threads: rule_threads("firp_bench")
+    resources: **rule_resources("firp_bench")
+    params:
+        env=ENV, py=PY, p=P, b=FIRP["bench"], n=firp_bench_prompts,
+        decoders=",".join(FIRP["bench"]["decoders"]), dcfg=section_bench_config("firp"),
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        " --dataset {wildcards.firpset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
+        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
+        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
+        " --resume --out {output} > {log} 2>&1"

@@ -2,7 +2,7 @@
 cases computed by hand."""
 import pytest
 
-from bild.metrics import agreement, bleu, rouge_l
+from common.metrics import agreement, bleu, rouge_2, rouge_l
 from common.errors import UserError
 
 
@@ -14,6 +14,9 @@ def test_bleu_and_rouge_bounds_and_a_hand_case():
     assert rouge_l(["zz yy"], ["the cat"]) == 0.0
     # LCS("the cat sat", "the cat sat on the mat") = 3: P = 3/3, R = 3/6, F1 = 2/3
     assert rouge_l(["the cat sat"], ["the cat sat on the mat"]) == pytest.approx(200 / 3)
+    # bigrams: "the cat", "cat sat" of 5 in the reference -> P = 1, R = 2/5, F1 = 4/7
+    assert rouge_2(["the cat sat"], ["the cat sat on the mat"]) == pytest.approx(4 / 7)
+    assert rouge_2(refs, refs) == pytest.approx(1.0)
 
 
 def test_agreement_by_hand():

@@ -7,7 +7,7 @@
 # `bild_sweep`) ran the large model alone (`vanilla`) beside `bild` at every (alpha_FB, alpha_RB)
 # of the task's grid, interleaved per prompt; aligned sweeps add Figure 5's ablations, unaligned
 # ones speculative decoding on the same small model. Latency is normalised to `vanilla` within
-# the run; quality is the task's corpus metric against the dataset's references (`bild.metrics`:
+# the run; quality is the task's corpus metric against the dataset's references (`common.metrics`:
 # sacrebleu BLEU, rouge-score ROUGE-L F1). The paper's numbers (`bild/paper_numbers.yaml`) stand
 # beside ours; the embedded profile's tasks are offline stand-ins (ShareGPT requests to summarize
 # or translate, the ShareGPT reply as reference), named in every table.

@@ -117,7 +117,7 @@ ax.bar([i + 0.2 for i in x], table.prompt_decoding_tok_s, width=0.4, label="prom
 ax.set_xticks(list(x), table.dataset)
 ax.set_ylabel("tokens/s")
 ax.legend()
-fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('hardware')}", fontsize=9)
+fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
 for c in paper["fig5"]["claims"]:
     print("paper:", c, f"({paper['fig5']['cite']})")
@@ -166,7 +166,7 @@ axes[2].set_title("(c) measured speedup")
 for a in axes:
     a.set_xlabel("tree size (verified positions)")
 axes[0].legend(fontsize=7)
-fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('hardware')}", fontsize=9)
+fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
 pred = hardware_size(acc, m, sorted(dyn["size"]), ratio)["size"]
 best = int(dyn.loc[dyn.speedup_measured.idxmax(), "size"])

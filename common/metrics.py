@@ -1,9 +1,9 @@
-"""Quality metrics of BiLD's evaluation, with the libraries researchers use.
+"""Output-quality metrics, with the libraries researchers use.
 
 * :func:`bleu` - corpus BLEU (sacrebleu's defaults: 13a tokenizer, exponential smoothing off),
-  the paper's translation metric (IWSLT 2017 / WMT 2014 De-En);
-* :func:`rouge_l` - mean ROUGE-L F1 x 100 (rouge-score, Porter stemming), its summarization
-  metric (XSum, CNN/DM);
+  BiLD's translation metric (IWSLT 2017 / WMT 2014 De-En);
+* :func:`rouge_l` - mean ROUGE-L F1 x 100 (rouge-score, Porter stemming), BiLD's summarization
+  metric (XSum, CNN/DM); :func:`rouge_2` - mean ROUGE-2 F1 (0-1, as FIRP's Table 1 reports it);
 * :func:`agreement` - how far outputs agree with the large model's own greedy output, token
   for token: the measure of how much a lossy setting departs from the model it accelerates.
 """
@@ -35,6 +35,15 @@ def rouge_l(hyps: Sequence[str], refs: Sequence[str]) -> float:
     _check(hyps, refs)
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
     return 100.0 * sum(scorer.score(r, h)["rougeL"].fmeasure for h, r in zip(hyps, refs)) / len(hyps)
+
+
+def rouge_2(hyps: Sequence[str], refs: Sequence[str]) -> float:
+    """Mean ROUGE-2 F1 (0-1) over pairs."""
+    from rouge_score import rouge_scorer
+
+    _check(hyps, refs)
+    scorer = rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True)
+    return sum(scorer.score(r, h)["rouge2"].fmeasure for h, r in zip(hyps, refs)) / len(hyps)
 
 
 METRICS = {"bleu": bleu, "rouge_l": rouge_l}
