@@ -95,7 +95,8 @@ print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 # ## Figure 6: accumulated top-k accuracy by distance
 # (a) the main prompt tokens against the Medusa heads trained for the same model (Medusa head
 # *j* also guesses distance *j*, from the last hidden state), both measured on the same held-out
-# greedy answers; (b) the most EPTs trained here against 1 EPT. (c) two model sizes: only one
+# greedy answers; (b) the most EPTs against 1 EPT (the trainings the profile's
+# `prompt_decoding.ablation.fig6` names). (c) two model sizes: only one
 # real model exists offline (SmolLM2-135M), so panel (c) is drawn in the paper profile only.
 # The paper shows these as curves without tabulated numbers; its claims are checked below.
 
