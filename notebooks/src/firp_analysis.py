@@ -15,32 +15,26 @@
 # drop even where the normed states (what the LM head reads) agree.
 
 # %%
-import dataclasses
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-import yaml
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.report import trend, write_table
+from common.render import Render, paper_numbers
+from common.report import trend
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
-paper = yaml.safe_load(Path("firp/paper_numbers.yaml").read_text())
+R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
+inputs = R.inputs
+paper = paper_numbers(package)
 df = pd.DataFrame([r for p in inputs for r in read_jsonl(p)])
-meta = {"artifact": artifact_id, "model": ", ".join(sorted(df.model.unique())), "profile": profile,
+meta = {"model": ", ".join(sorted(df.model.unique())), "profile": profile,
         "data": f"every anchor inside the held-out greedy answers ({int(df.n.iloc[0])} anchors)",
         "maps": ", ".join(f"{m} (layers {l})" for m, l in sorted({(r.maps, str(r.layers)) for r in df.itertuples()})),
         "hardware": ", ".join(sorted(df.hardware.unique())), "code_version": ", ".join(sorted(df.code_version.unique())),
         "sources": ", ".join(str(p) for p in inputs)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
 meta
 
 # %% [firp.fig4]
@@ -55,7 +49,7 @@ ax.set_xlabel("layer (output compared)")
 ax.set_ylabel("cosine(pseudo, real)")
 ax.legend(fontsize=7)
 fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+R.save_figure(fig)
 for c in paper["fig4"]["claims"]:
     print("paper:", c, f"({paper['fig4']['cite']})")
 rises = [g.trained.iloc[-1] > g.trained.iloc[0] for _, g in table.groupby("step")]
@@ -64,9 +58,7 @@ print(trend("trained pseudo states end closer to the real ones than they enter (
 print(trend("layer over layer, the similarity does not fall (trained, every step and layer)", steps_up))
 gain = table.groupby("step").apply(lambda g: g.trained.iloc[-1] - g.identity.iloc[-1], include_groups=False)
 print("ours, not a paper claim: trained minus identity cosine at the last layer, per step:", gain.round(3).to_dict())
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()  # last step: tables and figure move into place only when all of it worked

@@ -14,7 +14,6 @@
 # fixes K = 3 for both; FIRP has K = 3.
 
 # %%
-import dataclasses
 import json
 from pathlib import Path
 
@@ -23,26 +22,22 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-import yaml
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.metrics import rouge_2
 from common.records import read_jsonl
-from common.report import provenance, summarize, trend, write_table
+from common.render import Render, paper_numbers
+from common.report import provenance, summarize, trend
 from common.tree_search import best_tree, expected_accept_length
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
+R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
+inputs = R.inputs
 benches = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl"): read_jsonl(p)
            for p in inputs if Path(p).name.startswith("bench_")}
 firp_stats = next(json.loads(Path(p).read_text()) for p in inputs if p.endswith("train_main_stats.json"))
 medusa_stats = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("medusa_stats.json")), None)
-paper = yaml.safe_load(Path("firp/paper_numbers.yaml").read_text())
+paper = paper_numbers(package)
 records = [r for recs in benches.values() for r in recs]
-meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(p) for p in inputs)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs)}
 # draft parameters (the paper's "draft size"): FIRP's maps, Medusa's heads, none for the others
 DRAFT = {"firp": firp_stats["params"], "medusa": medusa_stats["params"] if medusa_stats else None,
          "self_speculative": 0, "vanilla": 0}
@@ -94,8 +89,7 @@ by = table.pivot_table(index="dataset", columns="method", values="speedup")
 if {"firp", "medusa"} <= set(by.columns):
     pp = [r["firp"][1] > r["medusa"][1] and r["firp"][3] > r["medusa"][3] for r in paper["table1"]["rows"].values()]
     print(trend("FIRP faster than Medusa (per dataset)", by.firp > by.medusa, pp))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %% md [firp.table2]
 # ## Table 2: MT-Bench speedup
@@ -110,8 +104,7 @@ f, m = best_of(s, "firp"), best_of(s, "medusa")
 if f and m:
     print(trend("FIRP's best tree faster than Medusa's best on MT-Bench", [s.loc[f, "speedup"] > s.loc[m, "speedup"]],
                 [r["firp"] > r["medusa"] for r in paper["table2"]["rows"].values()]))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %% md [firp.table3]
 # ## Table 3: accepted length by tree size, Medusa vs FIRP
@@ -134,8 +127,7 @@ print("paper:", paper["table3"]["cite"])
 if {"firp", "medusa"} <= set(wide.columns):
     pp = [f > m for r in paper["table3"]["rows"].values() for f, m in zip(r["firp"], r["medusa"])]
     print(trend("FIRP accepts more per forward than Medusa (dataset x tree size)", wide.firp > wide.medusa, pp))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %% md [firp.fig1]
 # ## Figure 1: (a) speedup and draft size per method, (b) accepted tokens per forward (MT-Bench)
@@ -158,10 +150,8 @@ axes[0].set_ylabel("speedup over vanilla (draft parameters on top)")
 axes[1].bar(table.method, table.tau)
 axes[1].set_ylabel("accepted tokens per forward")
 fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_figure(fig)
+R.save_table(table, meta)
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()  # last step: tables and figure move into place only when all of it worked

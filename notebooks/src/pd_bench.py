@@ -12,7 +12,6 @@
 # from the machine named below: trends, not values, are what can carry over.
 
 # %%
-import dataclasses
 import json
 from pathlib import Path
 
@@ -21,27 +20,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-import yaml
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.report import cost_of, limits, provenance, summarize, trend, write_table
+from common.render import Render, paper_numbers
+from common.report import cost_of, limits, provenance, summarize, trend
 from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
+R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
+inputs = R.inputs
 benches = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl"): read_jsonl(p)
            for p in inputs if Path(p).name.startswith("bench_")}
 pd_stats = next(json.loads(Path(p).read_text()) for p in inputs if p.endswith("train_main_stats.json"))
 medusa_stats = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("medusa_stats.json")), None)
 curve = next((read_jsonl(p) for p in inputs if p.endswith("cost_curve.jsonl")), None)
-paper = yaml.safe_load(Path("prompt_decoding/paper_numbers.yaml").read_text())
+paper = paper_numbers(package)
 ratio = cost_of(curve)  # T(q)/T(1) of the fast forward path on this machine (common.cost)
 records = [r for recs in benches.values() for r in recs]
-meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(p) for p in inputs)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs)}
 
 
 def size_of(label):
@@ -90,8 +85,7 @@ if len(med):
     print(trend("prompt decoding's speedup (hardware-aware size) >= Medusa's best",
                 [float(pdr[pdr.hardware_choice].speedup.iloc[0]) >= med.speedup.max()]))
 print(trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %% md [pd.fig5]
 # ## Figure 5: throughput, vanilla vs prompt decoding, per dataset
@@ -118,12 +112,11 @@ ax.set_xticks(list(x), table.dataset)
 ax.set_ylabel("tokens/s")
 ax.legend()
 fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+R.save_figure(fig)
 for c in paper["fig5"]["claims"]:
     print("paper:", c, f"({paper['fig5']['cite']})")
 print(trend("prompt decoding is faster than vanilla (per dataset)", table.speedup > 1.0))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %% md [pd.fig8]
 # ## Figure 8: tree shape and size on the hardware at hand
@@ -167,7 +160,7 @@ for a in axes:
     a.set_xlabel("tree size (verified positions)")
 axes[0].legend(fontsize=7)
 fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+R.save_figure(fig)
 pred = hardware_size(acc, m, sorted(dyn["size"]), ratio)["size"]
 best = int(dyn.loc[dyn.speedup_measured.idxmax(), "size"])
 print(f"(b)'s argmax among the measured sizes: {pred}; (c)'s: {best} -> "
@@ -176,9 +169,7 @@ both = theory.dropna(subset=["tau_static"])
 print(trend("dynamic >= static >= random (expected tau, every size where all three exist)",
             [(r.tau_dynamic >= r.tau_static - 1e-9) and (r.tau_static >= r.tau_random - 1e-9) for r in both.itertuples()]))
 table = theory.merge(meas, on="size", how="outer").sort_values(["size"])
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()  # last step: tables and figure move into place only when all of it worked

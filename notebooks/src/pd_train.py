@@ -15,7 +15,6 @@
 # profile's `prompt_decoding.variants` (the main one is what decoding uses).
 
 # %%
-import dataclasses
 import json
 from pathlib import Path
 
@@ -25,17 +24,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import yaml
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.report import trend, write_table
+from common.render import Render, paper_numbers
+from common.report import trend
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
-paper = yaml.safe_load(Path("prompt_decoding/paper_numbers.yaml").read_text())
+R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
+inputs = R.inputs
+paper = paper_numbers(package)
 stats = {Path(p).name.removeprefix("train_").removesuffix("_stats.json"): json.loads(Path(p).read_text())
          for p in inputs if "/prompt_decoding/" in p and p.endswith("_stats.json")}
 curves = {Path(p).name.removeprefix("train_").removesuffix("_curve.jsonl"): pd.DataFrame(read_jsonl(p))
@@ -44,13 +40,12 @@ medusa = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("me
 main = stats["main"]
 by_n = dict(sorted(((s["n"], name) for name, s in stats.items() if s["mask"] == main["mask"] and s["distill"]),
                    key=lambda t: t[0]))
-meta = {"artifact": artifact_id, "model": main["model"], "profile": profile,
+meta = {"model": main["model"], "profile": profile,
         "data": (f"trained on greedy answers to {main['train_sequences']} ShareGPT prompts; measured on greedy "
                  f"answers to {main['heldout_sequences']} held-out ShareGPT prompts (every cut)"),
         "hardware": ", ".join(sorted({s["hardware"] for s in stats.values()})),
         "code_version": ", ".join(sorted({s["code_version"] for s in stats.values()})),
         "sources": ", ".join(str(p) for p in inputs)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
 
 
 def accumulated(acc):
@@ -88,8 +83,7 @@ def rising(df):
 
 
 print(trend("accuracy does not fall as EPTs grow (each metric, consecutive EPT counts)", rising(ours), rising(pp)))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %% md [pd.fig6]
 # ## Figure 6: accumulated top-k accuracy by distance
@@ -140,9 +134,8 @@ for a in axes:
     a.set_ylabel("accumulated top-k accuracy")
     a.legend(fontsize=7)
 fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_figure(fig)
+R.save_table(table, meta)
 
 # %% md [pd.fig9]
 # ## Figure 9: training loss, 1 EPT vs many
@@ -168,7 +161,7 @@ for a in axes:
     a.set_xlabel("epochs")
     a.legend(fontsize=7)
 fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+R.save_figure(fig)
 table = pd.DataFrame(rows)
 for c in paper["fig9"]["claims"]:
     print("paper:", c)
@@ -176,9 +169,7 @@ one, many = table.iloc[0], table.iloc[-1]
 if len(table) > 1:
     print(trend("many EPTs start with a lower loss than 1 EPT", [many.first_loss < one.first_loss]))
 print(trend("the loss falls during training (each EPT count)", table.last_loss < table.first_loss))
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()  # last step: tables and figure move into place only when all of it worked
