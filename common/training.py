@@ -203,6 +203,38 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     return log
 
 
+def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: list[list[float]], out: Path,
+                         curve_path: Path | None, started: float, **fields) -> dict:
+    """After :func:`train`: store ``acc`` (the final held-out top-k accuracy per distance, what
+    decoding builds its trees from) in the checkpoint, and write ``out/stats.json`` (and the
+    curve to ``curve_path``).
+
+    Args:
+        acc: ``acc[d][r]``, rank-``r`` accuracy at distance ``d + 1``.
+        started: ``time.perf_counter()`` when this session began (its wall time is reported
+            beside the training's own, which counts across resumes).
+        fields: the component's own statistics.
+    Returns:
+        the statistics.
+    """
+    ckpt_path = Path(ckpt_path)
+    state = torch.load(ckpt_path, weights_only=False)
+    state["acc"] = acc
+    tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
+    torch.save(state, tmp)
+    os.replace(tmp, ckpt_path)
+    n = sum(p.numel() for p in module.parameters())
+    stats = {**fields, "steps": state["step"], "stopped": state["stopped"], "train_wall_s": state["wall_s"],
+             "session_wall_s": time.perf_counter() - started, "params": n,
+             "params_pct_of_base": 100.0 * n / sum(p.numel() for p in model.parameters()),
+             "heldout_top1": [a[0] for a in acc], "heldout_top5": [sum(a[:5]) for a in acc], "acc": acc,
+             "config": state["identity"]["config"]}
+    write_json(Path(out) / "stats.json", stats)
+    if curve_path is not None:
+        write_jsonl(curve_path, state["curve"])
+    return stats
+
+
 def add_train_args(ap, lr: float, batch_size: int, eval_every: int, max_epochs: int = 20) -> None:
     """The flags every component trainer takes (optimizer, early stopping, outputs, threads)."""
     ap.add_argument("--model", required=True)

@@ -119,8 +119,7 @@ def make_loss(model, seqs: list[tuple[torch.Tensor, int]], anchors: int, mask_ea
 def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], anchors: int = 16,
                mask_earlier: bool = False, eval_seqs: int = 16, curve_path: Path | None = None) -> dict:
     """Train FIRP's maps for ``layers``; returns the stats (also ``out/stats.json``)."""
-    from common.records import write_json, write_jsonl
-    from common.training import train
+    from common.training import finish_with_accuracy, train
 
     from .decoding import maps_meta, new_maps
 
@@ -140,24 +139,10 @@ def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], ancho
     t0 = time.perf_counter()
     train(maps, list(range(len(data["train"]))), make_loss(model, data["train"], anchors, mask_earlier), cfg, ckpt,
           meta=meta, desc="firp maps", evaluate=evaluate, stop=stop, curve_path=out / "curve.jsonl")
-    state = torch.load(ckpt, weights_only=False)
     acc = step_accuracy(model, maps, [s for s, _ in held], [t for _, t in held], topk=10, mask_earlier=mask_earlier)
-    state["acc"] = acc  # what the tree search reads
-    tmp = ckpt.with_name(ckpt.name + ".partial")
-    torch.save(state, tmp)
-    tmp.replace(ckpt)
-    n_params = sum(p.numel() for p in maps.parameters())
-    stats = {"layers": list(layers), "steps_k": maps.steps, "mask_earlier": mask_earlier, "anchors": anchors,
-             "steps": state["step"], "stopped": state["stopped"], "train_wall_s": state["wall_s"],
-             "session_wall_s": time.perf_counter() - t0, "train_sequences": len(data["train"]),
-             "heldout_sequences": len(held), "params": n_params,
-             "params_pct_of_base": 100.0 * n_params / sum(p.numel() for p in model.parameters()),
-             "heldout_top1": [a[0] for a in acc], "heldout_top5": [sum(a[:5]) for a in acc], "acc": acc,
-             "config": state["identity"]["config"]}
-    write_json(out / "stats.json", stats)
-    if curve_path is not None:
-        write_jsonl(curve_path, state["curve"])
-    return stats
+    return finish_with_accuracy(ckpt, maps, model, acc, out, curve_path, t0, layers=list(layers), steps_k=maps.steps,
+                                mask_earlier=mask_earlier, anchors=anchors, train_sequences=len(data["train"]),
+                                heldout_sequences=len(held))
 
 
 def _main(argv=None) -> None:

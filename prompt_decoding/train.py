@@ -141,8 +141,7 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
             table uses all of them).
         text_seqs: the no-distillation variant's training sequences (reference replies).
     """
-    from common.records import write_json, write_jsonl
-    from common.training import train
+    from common.training import finish_with_accuracy, train
 
     from .decoding import new_prompts, prompts_meta
 
@@ -166,24 +165,9 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
     t0 = time.perf_counter()
     train(prompts, list(range(len(seqs))), make_loss(model, seqs, cuts, distill), cfg, ckpt, meta=meta,
           desc="prompt tokens", evaluate=evaluate, stop=stop, curve_path=out / "curve.jsonl")
-    state = torch.load(ckpt, weights_only=False)
     acc = guess_accuracy(model, prompts, [s for s, _ in held], [t for _, t in held], topk=10)
-    state["acc"] = acc  # what decoding builds its trees from
-    tmp = ckpt.with_name(ckpt.name + ".partial")
-    torch.save(state, tmp)
-    tmp.replace(ckpt)
-    base = sum(p.numel() for p in model.parameters())
-    stats = {"m": m, "n": n, "mask": mask, "distill": distill, "cuts": cuts, "init_text": init_text,
-             "steps": state["step"], "stopped": state["stopped"], "train_wall_s": state["wall_s"],
-             "session_wall_s": time.perf_counter() - t0, "train_sequences": len(seqs),
-             "heldout_sequences": len(held), "params": prompts.embeddings.numel(),
-             "params_pct_of_base": 100.0 * prompts.embeddings.numel() / base,
-             "heldout_top1": [a[0] for a in acc], "heldout_top5": [sum(a[:5]) for a in acc], "acc": acc,
-             "config": state["identity"]["config"]}
-    write_json(out / "stats.json", stats)
-    if curve_path is not None:
-        write_jsonl(curve_path, state["curve"])
-    return stats
+    return finish_with_accuracy(ckpt, prompts, model, acc, out, curve_path, t0, m=m, n=n, mask=mask, distill=distill,
+                                cuts=cuts, init_text=init_text, train_sequences=len(seqs), heldout_sequences=len(held))
 
 
 def _main(argv=None) -> None:
