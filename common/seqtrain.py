@@ -53,6 +53,26 @@ def random_cuts(length: int, start: int, k: int, span: int, device=None) -> torc
     return pick.to(device)
 
 
+def cuts_loss(seqs: list[tuple[torch.Tensor, int]], k: int, span, loss_of):
+    """The training loss over random cuts: ``(module, batch of sequence indices) -> loss``, the
+    mean over the batch's sequences of ``loss_of(module, ids, cuts)`` at up to ``k`` random cuts
+    of each (:func:`random_cuts`, leaving ``span(module)`` positions after a cut).
+
+    A batch whose answers are all too short gives a zero loss that moves nothing.
+    """
+    def loss(module, batch: list[int]) -> torch.Tensor:
+        parts = []
+        for i in batch:
+            ids, start = seqs[i]
+            cuts = random_cuts(ids.numel(), start, k, span(module), ids.device)
+            if cuts.numel():
+                parts.append(loss_of(module, ids, cuts))
+        if not parts:
+            return sum(p.sum() for p in module.parameters()) * 0.0
+        return torch.stack(parts).mean()
+    return loss
+
+
 def add_args(ap) -> None:
     """The corpora's settings (training and held-out greedy answers)."""
     ap.add_argument("--corpus", type=Path, required=True, help="training greedy corpus cache (built if missing)")

@@ -37,7 +37,7 @@ from torch import nn
 from common.cache import crop_to
 from common.errors import check_range, cli_main
 from common.forward import final_norm, num_layers, run_layers
-from common.seqtrain import random_cuts, teacher_forward
+from common.seqtrain import cuts_loss, teacher_forward
 
 from .maps import FirpMaps
 
@@ -103,17 +103,8 @@ def step_accuracy(model, maps: FirpMaps, seqs: list[torch.Tensor], starts: list[
 
 def make_loss(model, seqs: list[tuple[torch.Tensor, int]], anchors: int, mask_earlier: bool):
     """``(maps, batch of sequence indices) -> loss``: Eq. 4 over ``anchors`` random anchors of each."""
-    def loss(maps: FirpMaps, batch: list[int]) -> torch.Tensor:
-        parts = []
-        for i in batch:
-            ids, start = seqs[i]
-            q = random_cuts(ids.numel(), start, anchors, maps.steps + 1, ids.device)
-            if q.numel():
-                parts.append(sequence_loss(model, maps, ids, q, mask_earlier))
-        if not parts:  # every answer too short: a step that moves nothing
-            return sum(p.sum() for p in maps.parameters()) * 0.0
-        return torch.stack(parts).mean()
-    return loss
+    return cuts_loss(seqs, anchors, lambda maps: maps.steps + 1,
+                     lambda maps, ids, q: sequence_loss(model, maps, ids, q, mask_earlier))
 
 
 def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], anchors: int = 16,

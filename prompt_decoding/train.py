@@ -38,7 +38,7 @@ from torch import nn
 from common.cache import crop_to
 from common.errors import UserError, check_range, cli_main
 from common.forward import final_norm, num_layers, run_layers
-from common.seqtrain import random_cuts, teacher_forward
+from common.seqtrain import cuts_loss, teacher_forward
 
 from .prompts import MASKS, PromptTokens
 
@@ -117,17 +117,8 @@ def text_init(model, tokenizer, text: str) -> torch.Tensor:
 
 def make_loss(model, seqs: list[tuple[torch.Tensor, int]], cuts: int, distill: bool):
     """``(prompts, batch of sequence indices) -> loss``: eq. 1 over ``cuts`` random cuts of each."""
-    def loss(prompts: PromptTokens, batch: list[int]) -> torch.Tensor:
-        parts = []
-        for i in batch:
-            ids, start = seqs[i]
-            c = random_cuts(ids.numel(), start, cuts, prompts.m + 1, ids.device)
-            if c.numel():
-                parts.append(sequence_loss(model, prompts, ids, c, distill))
-        if not parts:  # every answer too short: a step that moves nothing
-            return prompts.embeddings.sum() * 0.0
-        return torch.stack(parts).mean()
-    return loss
+    return cuts_loss(seqs, cuts, lambda prompts: prompts.m + 1,
+                     lambda prompts, ids, c: sequence_loss(model, prompts, ids, c, distill))
 
 
 def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3, n: int = 1,
