@@ -13,7 +13,6 @@
 # or translate, the ShareGPT reply as reference), named in every table.
 
 # %%
-import dataclasses
 from pathlib import Path
 
 import matplotlib
@@ -21,31 +20,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-import yaml
 
 from bild.analysis import best_settings, sweep_points
 from bild.config import from_profile
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.report import provenance, write_table
+from common.render import Render, paper_numbers
+from common.report import provenance
 
-prof = dataclasses.replace(load_profile(None, profile), results_root=results_root)
-cfg = from_profile(prof)
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(prof, artifact_id)
-inputs = check_inputs(inputs)
+R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
+cfg, inputs = R.cfg, R.inputs
 runs = {}
 for p in inputs:
     task, variant = Path(p).stem.removeprefix("sweep_").rsplit("_", 1)
     runs[task, variant] = read_jsonl(p)
 points = pd.concat([sweep_points(recs, cfg.task(t).metric).assign(task=t, variant=v) for (t, v), recs in runs.items()],
                    ignore_index=True)
-paper = yaml.safe_load((Path("bild") / "paper_numbers.yaml").read_text())["table1"]
-meta = {"artifact": artifact_id, **provenance([r for recs in runs.values() for r in recs]),
+paper = paper_numbers(package)["table1"]
+meta = {**provenance([r for recs in runs.values() for r in recs]),
         "tasks": "; ".join(f"{t}: {cfg.task(t).dataset} ({cfg.task(t).n} prompts, {cfg.task(t).metric})" for t in cfg.tasks),
         "sources": ", ".join(inputs)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
 meta
 
 # %% md [bild.fig4, bild.table1, bild.fig9]
@@ -69,11 +62,10 @@ for ax, t in zip(axes[0], cfg.tasks):
     ax.set_title(f"{t}: {cfg.task(t).dataset}", fontsize=9)
     ax.legend(fontsize=7)
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}", fontsize=8)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+R.save_figure(fig)
 cols = ["task", "variant", "decoder", "quality", "latency", "speedup", "small_share", "fallbacks_per_token",
         "rollbacks_per_token", "identical", "prompts"]
-write_table(grid[cols], artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(grid[cols], meta)
 
 # %% md [bild.table1]
 # Table 1: per task and small-model variant, the fastest setting whose quality is at least the
@@ -96,8 +88,7 @@ for (t, v), _ in sorted(runs.items()):
                 row[f"paper {ds}"] = f"{q} ({paper['vanilla'][ds]}), {s}x"
         rows.append(row)
 table = pd.DataFrame(rows)
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 hit = table[(table.cell == "no_loss")].set_index(["task", "variant"]).speedup
 for t in cfg.tasks:
     if (t, "aligned") in hit and (t, "unaligned") in hit:
@@ -119,11 +110,10 @@ for ax, t in zip(axes[0], cfg.tasks):
     ax.set_ylabel(cfg.task(t).metric)
     ax.set_title(f"{t} (aligned; marker size: alpha_FB)", fontsize=9)
     ax.legend(fontsize=7)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+R.save_figure(fig)
 tab = grid[(grid.variant == "aligned") & (grid.decoder != "vanilla")]
-write_table(tab[["task", "rollback_threshold", "fallback_threshold", "quality", "latency", "rollbacks_per_token",
-                 "fallbacks_per_token"]].sort_values(["task", "rollback_threshold", "fallback_threshold"]),
-            artifact_id, staged.dir("tables"), meta)
+R.save_table(tab[["task", "rollback_threshold", "fallback_threshold", "quality", "latency", "rollbacks_per_token",
+                   "fallbacks_per_token"]].sort_values(["task", "rollback_threshold", "fallback_threshold"]), meta)
 
 # %% md [bild.fig5]
 # Figure 5 (aligned small model): BiLD against its two ablations, no rollback (every small token
@@ -143,8 +133,8 @@ for ax, t in zip(axes[0], cfg.tasks):
     ax.set_ylabel(cfg.task(t).metric)
     ax.set_title(t, fontsize=9)
     ax.legend(fontsize=7)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-write_table(al[["task", "kind", "decoder", "quality", "latency", "speedup"]], artifact_id, staged.dir("tables"), meta)
+R.save_figure(fig)
+R.save_table(al[["task", "kind", "decoder", "quality", "latency", "speedup"]], meta)
 
 # %% md [bild.specsampling]
 # Section 4.2: speculative decoding with the (unaligned) small model as its draft, windows 3-10,
@@ -155,9 +145,7 @@ un = points[(points.variant == "unaligned")]
 kind = un.decoder.map(lambda d: "vanilla" if d == "vanilla" else "speculative" if d.startswith("speculative")
                       else "BiLD" if d.startswith("bild@fb") else "other")
 table = un.assign(kind=kind)[["task", "kind", "decoder", "quality", "speedup", "identical"]]
-write_table(table, artifact_id, staged.dir("tables"), meta)
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.save_table(table, meta)
 
 # %%
-for f in staged.publish():  # last step: tables and figures move into place only when all of it worked
-    print("wrote", f)
+R.publish()  # last step: tables and figures move into place only when all of it worked
