@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError, cli_main
+from common.forward import final_norm, num_layers
 from common.seqtrain import teacher_forward
 
 from .maps import FirpMaps
@@ -26,8 +27,9 @@ from .train import anchor_logits
 @torch.inference_mode()
 def cosine_by_layer(model, maps: FirpMaps, seqs: list[tuple[torch.Tensor, int]], mask_earlier: bool = False) -> list[dict]:
     """Mean cosine similarity of step ``i``'s pseudo states to the real states, per layer above
-    ``t_i``: ``[{"step", "layer", "cosine", "n"}]`` (``layer`` = the layer whose output is compared)."""
-    K = maps.steps
+    ``t_i``: ``[{"step", "layer", "cosine", "n"}]`` (``layer`` = the layer whose output is
+    compared; the last layer's after the final norm, as the forward returns it)."""
+    K, d = maps.steps, num_layers(model)
     sums: dict[tuple[int, int], float] = {}
     count = 0
     for ids, start in seqs:
@@ -42,6 +44,8 @@ def cosine_by_layer(model, maps: FirpMaps, seqs: list[tuple[torch.Tensor, int]],
             for j, h in enumerate(per):
                 layer = maps.layers[i] + j
                 real = hidden[layer + 1][anchors + 1 + i]          # output of `layer` at q + 1 + i
+                if layer == d - 1:  # the forward's last hidden state is taken after the final norm
+                    h = final_norm(model, h)
                 cos = torch.nn.functional.cosine_similarity(h.float(), real.float(), dim=-1)
                 sums[(i, layer)] = sums.get((i, layer), 0.0) + float(cos.sum())
         count += anchors.numel()

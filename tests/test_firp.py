@@ -146,3 +146,15 @@ def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_l
     assert dec.mask_earlier is True
     assert get_decoder("firp", model, maps=str(tmp_path / "maps"), tree=8, mask_earlier=False).mask_earlier is False
     assert_exact_and_accepting(model, "firp", prompts=3, maps=str(tmp_path / "maps"), tree=8)
+
+
+def test_cosine_analysis_covers_every_layer_above_each_step(chaotic_llama):
+    """One row per step and per layer from its prediction layer to the last, cosines in range."""
+    from firp.analysis import cosine_by_layer
+
+    model = chaotic_llama
+    seqs = [(torch.randint(3, 96, (14,), generator=torch.Generator().manual_seed(2)), 4)]
+    rows = cosine_by_layer(model, new_maps(model, [1, 2]), seqs)
+    assert {r["layer"] for r in rows if r["step"] == 1} == {1, 2, 3}
+    assert {r["layer"] for r in rows if r["step"] == 2} == {2, 3}
+    assert all(-1.0 <= r["cosine"] <= 1.0 + 1e-6 for r in rows)

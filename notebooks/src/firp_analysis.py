@@ -10,9 +10,8 @@
 # `python -m firp.analysis` over every anchor inside the held-out greedy answers (the paper: 100
 # sequences x 50 random split points of XSum and GSM8K), for the trained maps and for the
 # untrained start (identity maps: the anchor's own state moved ahead), which shows what the
-# training adds. States are compared as each layer outputs them (before the final norm): in
-# SmolLM2 the last layer's raw output carries a few very large dimensions, so its cosine can
-# drop even where the normed states (what the LM head reads) agree.
+# training adds. States are compared as each layer outputs them; the last layer's after the
+# final norm (what the LM head reads, and what the model's forward returns).
 
 # %%
 
