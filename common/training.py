@@ -250,6 +250,7 @@ def add_train_args(ap, lr: float, batch_size: int, eval_every: int, max_epochs: 
     ap.add_argument("--min-delta", type=float, default=0.005, help="flattening tolerance on the watched metric")
     ap.add_argument("--wall-budget", type=float, default=None, help="seconds of training (and evaluation)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="where the frozen model and the component train (cpu, cuda, cuda:N)")
     ap.add_argument("--seed", type=int, default=0)
 
 
@@ -267,7 +268,7 @@ def train_setup(a, warmup_frac: float = 0.02, schedule: str = "linear"):
 
 def component_main(description: str, add_component_args, train_fn, data, argv=None, lr: float = 1e-3,
                    batch_size: int = 4, eval_every: int = 50, warmup_frac: float = 0.02,
-                   schedule: str = "linear") -> None:
+                   schedule: str = "linear", check_args=None, check_model=None) -> None:
     """The one command line of trained components: common flags, the frozen model, its
     training data, early stopping, stats out.
 
@@ -277,9 +278,14 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
         data: ``(add_args, from_args)`` of the data source: :mod:`common.teacher`'s cache
             (components read off final hidden states) or :mod:`common.seqtrain`'s greedy
             sequences (components that run inside the forward).
+        check_args: ``(args) -> None`` validates the component's own flags before anything is
+            loaded (a bad value fails in a second, not after the corpus is built).
+        check_model: ``(args, model) -> None`` validates them against the loaded model, still
+            before the training data is built.
     """
     import argparse
 
+    from .checks import check_device
     from .models import load_model
     from .teacher import provenance
 
@@ -290,11 +296,16 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     add_component_args(ap)
     a = ap.parse_args(argv)
     cfg, stop = train_setup(a, warmup_frac, schedule)
-    model, tok = load_model(a.model)
+    device = str(check_device(a.device))
+    if check_args:
+        check_args(a)
+    model, tok = load_model(a.model, device=device)
     for p in model.parameters():
         p.requires_grad_(False)
+    if check_model:
+        check_model(a, model)
     stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
-    stats.update(provenance(a.model))
+    stats.update(provenance(a.model, device))
     if a.stats_out:
         write_json(a.stats_out, stats)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))

@@ -37,7 +37,7 @@ rule bild_small:
         " --heldout-corpus {input.corpus} {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
         " --out .cache/components/{params.p.name}/bild_small_{wildcards.variant} --stats-out {output.stats}"
         " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
-        " --threads {params.p.threads} > {log} 2>&1"
+        " --device {params.p.device} --threads {params.p.threads} > {log} 2>&1"
 
 
 rule bild_sweep:
