@@ -1,6 +1,7 @@
 """From BiLD sweep records (``common.bench`` JSONL with text and references) to the paper's
 figures and tables: quality against latency normalised to the large model (Figure 4), and
-its summary (Table 1: best speedup with no quality loss, and within ~1 point).
+its summary (Table 1: best speedup with no quality loss, and within ~1 point); from oracle
+records (:mod:`bild.oracle`) to Figure 2 (quality against the large model's engagement).
 
 Latency is the mean wall time per prompt over the same prompts in the same run, divided by
 ``vanilla``'s (the large model alone); quality is the task's corpus metric over the outputs
@@ -70,3 +71,54 @@ def best_settings(points: pd.DataFrame, tolerance: float = 1.0, baseline: str = 
         return {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}
     return {"baseline_quality": q0, "no_loss": fastest(cand.quality >= q0),
             "within": fastest(cand.quality >= q0 - tolerance)}
+
+
+def oracle_points(records: list[dict], metric: str) -> pd.DataFrame:
+    """One row per threshold of one oracle run (:mod:`bild.oracle`), ascending engagement.
+
+    Returns:
+        columns ``setting`` (``small``, ``oracle``, ``large``), ``threshold`` (None for the large
+        model alone), ``quality`` (the corpus metric over all prompts), ``engaged`` (share of
+        tokens where the large model's prediction was taken), ``changed`` (share where that
+        changed the token), ``prompts``.
+    """
+    df = pd.DataFrame(records)
+    score = METRICS[metric]
+    key = df.threshold.fillna(float("inf"))
+    rows = []
+    for t, g in df.groupby(key, sort=True):
+        g = g.sort_values("question_id")
+        tokens = g.new_tokens.sum()
+        rows.append({"setting": g.setting.iloc[0], "threshold": None if t == float("inf") else float(t),
+                     "quality": score(list(g.text), list(g.reference)),
+                     "engaged": g.engaged.sum() / tokens if tokens else float("nan"),
+                     "changed": g.changed.sum() / tokens if tokens else float("nan"), "prompts": len(g)})
+    counts = {r["prompts"] for r in rows}
+    if len(counts) != 1:
+        raise ValueError(f"thresholds cover different prompt counts {sorted(counts)}: an incomplete oracle run")
+    return pd.DataFrame(rows)
+
+
+def oracle_match(points: pd.DataFrame) -> float | None:
+    """The smallest share of large-model engagement at which the oracle's quality reaches the
+    large model's alone (section 3.1: about 20% in the paper); None when no threshold does."""
+    q_large = float(points.loc[points.setting == "large", "quality"].iloc[0])
+    hit = points[(points.setting != "large") & (points.quality >= q_large)]
+    return None if hit.empty else float(hit.engaged.min())
+
+
+def chosen_setting(points: pd.DataFrame, tolerance: float = 1.0) -> tuple[str, dict] | None:
+    """The BiLD setting Figures 8 and 10 show: the one with roughly the large model's quality,
+    Table 1's fastest without loss, else its fastest within ``tolerance`` points, else (cell
+    ``closest``) the grid's best quality, the fastest of equals. Returns ``(cell, {"decoder",
+    "quality", "speedup"})``; None only without any grid setting (ablations never count)."""
+    grid = points[points.decoder.str.match(LABEL.pattern) | (points.decoder == "vanilla")]
+    best = best_settings(grid, tolerance)
+    for cell in ("no_loss", "within"):
+        if best[cell] is not None:
+            return cell, best[cell]
+    cand = grid[grid.decoder != "vanilla"]
+    if cand.empty:
+        return None
+    r = cand.sort_values(["quality", "speedup"], ascending=False).iloc[0]
+    return "closest", {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}

@@ -62,6 +62,23 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
+class OracleConfig:
+    """Figure 2's oracle study (:mod:`bild.oracle`): p_L thresholds below which the large model's
+    token replaces the small model's (both models alone are always added), and at most ``n``
+    prompts per task (None: the task's ``n``), the first of the sweep's."""
+    thresholds: tuple[float, ...]
+    n: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "thresholds", _threshold_list("bild.oracle.thresholds", self.thresholds, 0.0, 1.0))
+        if self.n is not None:
+            check_range("bild.oracle.n", self.n, 1)
+
+    def prompts(self, task: "TaskConfig") -> int:
+        return task.n if self.n is None else min(self.n, task.n)
+
+
+@dataclass(frozen=True)
 class BildConfig:
     model: str                       # the large model (embedded: the profile's model)
     small_layers: int | None         # embedded: the small model's depth (first k layers)
@@ -72,6 +89,7 @@ class BildConfig:
     train: Mapping | None = None     # embedded: small-model training settings
     handover: tuple[int, ...] = ()   # Figure 5's no-fallback ablation: hand over every N tokens
     spec_gamma: tuple[int, ...] = () # speculative sampling's windows on the same small model (section 4.2)
+    oracle: OracleConfig | None = None  # Figure 2's oracle study
 
     def __post_init__(self):
         check_range("bild.max_small_tokens", self.max_small_tokens, 1)
@@ -101,7 +119,9 @@ def from_mapping(raw: Mapping) -> BildConfig:
     return BildConfig(model=raw["model"], small_layers=raw.get("small_layers"), variants=tuple(raw["variants"]),
                       max_small_tokens=raw.get("max_small_tokens", 10), max_prompt_tokens=raw["max_prompt_tokens"],
                       tasks=tasks, train=raw.get("train"), handover=tuple(raw.get("handover", ())),
-                      spec_gamma=tuple(raw.get("spec_gamma", ())))
+                      spec_gamma=tuple(raw.get("spec_gamma", ())),
+                      oracle=OracleConfig(tuple(raw["oracle"]["thresholds"]), raw["oracle"].get("n"))
+                      if raw.get("oracle") else None)
 
 
 def from_profile(profile) -> BildConfig:

@@ -14,6 +14,11 @@ The paper's Algorithm 1, step by step, as this loop runs it (greedy, batch 1):
   and the large model's argmax takes position m; both caches are cropped (the loop's
   ``update_inputs_and_kv`` and the draft's ``update``).
 
+Statistics beside the tree loop's: ``source`` (which model produced each token), ``segments``
+(the text in runs of one source, for Figure 10), ``rollbacks``, ``fallbacks``, per-model
+forward counts and times, and ``large_calls`` / ``small_calls``: every forward as ``[cached
+positions, new positions]`` (Figure 8's analytic counts, :mod:`bild.flops`).
+
 So ``rollback_threshold=0`` and ``fallback_threshold=1`` each give exactly the large model's
 greedy tokens (tests). Ablations: ``rollback=False`` keeps every small token (alpha_RB = inf);
 ``fallback=False`` hands over only every ``max_small_tokens`` tokens.
@@ -35,6 +40,8 @@ from common.decoders.base import DecodeOutput, Option
 from common.decoders.speculative import AutoregressiveDraft, resolve_draft
 from common.decoders.tree_loop import Proposer, TreeDecoder
 from common.target import make_target
+
+from .examples import segments
 
 
 @register_rule
@@ -88,11 +95,24 @@ class BigLittleDecoder(TreeDecoder):
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
         fallback = self.cfg["fallback_threshold"] if self.cfg["fallback"] else 0.0
-        return AutoregressiveDraft(make_target(self.small), self.cfg["max_small_tokens"], fallback=fallback)
+        small = make_target(self.small)
+        small.calls = []  # per-forward log for bild.flops (Figure 8)
+        self._small_target = small
+        return AutoregressiveDraft(small, self.cfg["max_small_tokens"], fallback=fallback)
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        out = super().generate(input_ids, max_new_tokens)
+        if self.tokenizer is not None:
+            # Figure 10's marked text; decoded after the timed call, so wall_time excludes it.
+            out.stats["segments"] = segments(self.tokenizer, out.tokens, out.stats["source"])
+        return out
 
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        self.target.calls = []  # reset by start(); logged: [cached positions, new positions] per forward
         out = super()._generate(input_ids, max_new_tokens)
         st = out.stats
+        st["large_calls"], st["small_calls"] = self.target.calls, self._small_target.calls
+        self.target.calls = None
         # Which model produced each committed token: accepted small tokens, then the large
         # model's own token of that step (the prefill's token is the large model's).
         source = ["large"]

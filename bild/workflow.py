@@ -1,15 +1,18 @@
 """Workflow parameters: what the Snakemake rules of ``rules/bild.smk`` pass to the entry points.
 
-The entry points are ``python -m bild.small`` (the embedded profile's small models) and
+The entry points are ``python -m common.draft`` (the embedded profile's small models),
 ``python -m common.bench`` (one sweep per task and small-model variant: the large model's
 ``vanilla`` beside ``bild`` at every (alpha_FB, alpha_RB) of the task's grid, interleaved per
-prompt, so every latency is normalised within one run). :class:`RuleParams` turns a profile's
+prompt, so every latency is normalised within one run) and ``python -m bild.oracle`` (Figure
+2's oracle study per task and variant). :class:`RuleParams` turns a profile's
 :class:`~bild.config.BildConfig` into their arguments, so the rule file holds rules only.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from common.errors import UserError
 
 from .config import BildConfig, TaskConfig
 
@@ -67,6 +70,19 @@ class RuleParams:
         else:
             out.update({f"speculative@g{g}": {"draft": small, "gamma": g} for g in self.cfg.spec_gamma})
         return out
+
+    def oracle_thresholds(self, wildcards) -> str:
+        """``--thresholds`` of ``python -m bild.oracle`` (Figure 2)."""
+        return ",".join(f"{t:g}" for t in self._oracle().thresholds)
+
+    def oracle_n(self, wildcards) -> int:
+        """Prompts of a task's oracle study: the first of its sweep's."""
+        return self._oracle().prompts(self.task(wildcards))
+
+    def _oracle(self):
+        if self.cfg.oracle is None:
+            raise UserError("the profile's bild section has no oracle: {thresholds: [...]} (Figure 2)")
+        return self.cfg.oracle
 
     def decoders(self, wildcards) -> str:
         return ",".join(["vanilla", *self.settings(wildcards)])

@@ -54,8 +54,14 @@ class Target:
         self.cache = None
         self.prompt: torch.Tensor | None = None
         self.forwards, self.forward_s = 0, 0.0  # model forwards and their wall time, this sequence
+        # Set to a list to log every forward as ``[cached positions before it, new positions]``
+        # (analytic FLOP and memory counts); None (the default) logs nothing.
+        self.calls: list[list[int]] | None = None
 
     def _timed(self, fn, *args):
+        if self.calls is not None:
+            # args[0]: the ``[1, q]`` ids of a forward or the ``[q]`` nodes of a verification
+            self.calls.append([self.length, int(args[0].shape[-1])])
         t0 = time.perf_counter()
         out = fn(*args)
         self.forwards, self.forward_s = self.forwards + 1, self.forward_s + time.perf_counter() - t0
@@ -82,6 +88,8 @@ class Target:
         """
         self.begin(prompt)
         self.forwards, self.forward_s = 0, 0.0
+        if self.calls is not None:
+            self.calls = []
         logits, hidden = self._timed(self._forward, self.sequence([]), 1, want_hidden)
         return logits[-1], hidden
 

@@ -1,8 +1,8 @@
 # Big Little Decoder: small models (embedded: the large model's first layers, trained unaligned on
 # ShareGPT references and aligned on the large model's own greedy outputs) -> one sweep per task
 # and variant (vanilla beside bild at every (alpha_FB, alpha_RB) of the task's grid, interleaved
-# per prompt, with decoded text and references for the quality metrics). Raw JSONL under
-# <root>/bild/raw/; the small models in the git-ignored cache.
+# per prompt, with decoded text and references for the quality metrics), and one oracle study per
+# task and variant (Figure 2). Raw JSONL under <root>/bild/raw/; the small models in the git-ignored cache.
 from bild.config import VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
 from bild.workflow import RuleParams as BildParams
 
@@ -71,3 +71,24 @@ rule bild_models:
     params: env=ENV, py=PY, p=P
     shell:
         "{params.env} {params.py} -m bild.models --profile {params.p.name} --out {output} > {log} 2>&1"
+
+
+# Figure 2's oracle study: the small model decodes, the large model's token replaces its own where
+# p_L(small token) is below each threshold (both models alone included), on the sweep's first prompts.
+rule bild_oracle:
+    input: bild_sweep_inputs
+    output: f"{BILD_RAW}/oracle_{{btask}}_{{variant}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_oracle_{{btask}}_{{variant}}.log"
+    benchmark: f"{BENCH}/bild_oracle_{{btask}}_{{variant}}.tsv"
+    threads: rule_threads("bild_oracle")
+    resources: **rule_resources("bild_oracle")
+    params:
+        env=ENV, py=PY, p=P, b=BILD, large=BILDR.large, small=BILDR.small, t=BILDR.task,
+        thr=BILDR.oracle_thresholds, n=BILDR.oracle_n,
+    shell:
+        "{params.env} {params.py} -m bild.oracle --large {params.large} --small {params.small}"
+        " --dataset {params.t.dataset} --n {params.n} --template {params.t.template}"
+        " --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left"
+        " --thresholds {params.thr} --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
+        " --profile {params.p.name} --out {output} > {log} 2>&1"
