@@ -221,3 +221,67 @@ def verify_forward(model, cache, node_tokens: torch.Tensor, node_allow: torch.Te
     n = node_tokens.numel()
     normed = final_norm(model, hidden[0])
     return Verified(normed[:n], normed[n:], captured)
+
+
+# -- states and keys/values of single layers ---------------------------------------------------
+def layer_states(model, ids: torch.Tensor, depths: Sequence[int]) -> dict[int, torch.Tensor]:
+    """Raw (un-normed) residual states after the first ``depth`` layers, for each depth asked.
+
+    Args:
+        ids: ``[B, T]`` token ids (right padding is harmless: real positions never see it).
+        depths: layer counts in ``0..d`` (0: the embeddings; ``d``: the last layer's output,
+            before the final norm).
+    Returns:
+        ``{depth: [B, T, H]}``. No cache is written; run under ``no_grad`` for a frozen trunk.
+    """
+    d = num_layers(model)
+    want = sorted(set(depths))
+    if not want or want[0] < 0 or want[-1] > d:
+        raise UserError(f"layer depths {list(depths)} are out of range; valid: 0..{d}")
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
+    hidden, out, at = embed(model, ids), {}, 0
+    for depth in want:
+        if depth > at:
+            hidden = run_layers(model, hidden, None, at, depth, pos)
+            at = depth
+        out[depth] = hidden
+    return out
+
+
+def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values decoder layer ``layer`` caches for input states ``hidden``, without
+    running its attention or MLP (CALM's state propagation: a skipped layer's cache entry
+    computed from the exited state).
+
+    Args:
+        hidden: ``[1, q, H]`` the layer's input (raw residual stream).
+        position_ids: ``[1, q]`` absolute positions (rotary embeddings).
+    Returns:
+        ``([1, kvh, q, hd] keys, [1, kvh, q, hd] values)``, rotated, as the layer's own
+        forward hands them to ``cache.update`` (LLaMA-style layers: input norm, k/v
+        projections, optional per-head ``k_norm``, rotary embeddings).
+    """
+    import sys
+
+    m = _backbone(model)
+    block = m.layers[layer]
+    attn = block.self_attn
+    x = block.input_layernorm(hidden)
+    shape = (*x.shape[:-1], -1, attn.head_dim)
+    k = attn.k_proj(x).view(shape)
+    if getattr(attn, "k_norm", None) is not None:
+        k = attn.k_norm(k)
+    k = k.transpose(1, 2)
+    v = attn.v_proj(x).view(shape).transpose(1, 2)
+    cos, sin = m.rotary_emb(hidden, position_ids=position_ids)
+    rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb  # the model's own rotary code
+    k, _ = rotate(k, k, cos, sin)
+    return k, v
+
+
+def append_layer_kv(model, cache, layers: Sequence[int], hidden: torch.Tensor, position_ids: torch.Tensor) -> None:
+    """Append to ``cache``, at each of ``layers``, the keys/values of input ``hidden``
+    (:func:`layer_kv`): those layers now hold the positions as if ``hidden`` had entered each."""
+    for i in layers:
+        k, v = layer_kv(model, i, hidden, position_ids)
+        cache.update(k, v, i)
