@@ -27,7 +27,7 @@ import torch
 
 from common.decoders.base import DecodeOutput, Decoder, Option
 from common.errors import UserError
-from common.forward import append_layer_kv, embed, logits_from_hidden, num_layers, run_layers
+from common.forward import append_layer_kv, embed, logits_from_hidden, num_layers, rotary, run_layers
 
 
 def decaying_threshold(threshold: float, tau: float, t: int, max_len: int) -> float:
@@ -72,16 +72,17 @@ class Calm(Decoder):
         model, cache = self.model, self.target.cache
         pos = torch.tensor([[self.target.length]], device=self.device)
         h = embed(model, torch.tensor([[token]], device=self.device))        # [1, 1, H]
+        pe = rotary(model, h, pos)  # once per token, not once per layer
         depth = 0
         while depth < self.depth:
-            out = run_layers(model, h, cache, depth, depth + 1, pos)
+            out = run_layers(model, h, cache, depth, depth + 1, pos, position_embeddings=pe)
             depth += 1
             leave = self.exits(depth, h, out, lam)
             h = out
             if leave:
                 break
         if depth < self.depth:  # state propagation to the skipped layers' caches
-            append_layer_kv(model, cache, range(depth, self.depth), h, pos)
+            append_layer_kv(model, cache, range(depth, self.depth), h, pos, pe)
         return logits_from_hidden(model, h)[0, -1], depth
 
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:

@@ -91,7 +91,7 @@ def logits_from_hidden(model, hidden: torch.Tensor, head=None) -> torch.Tensor:
 # -- layer ranges ---------------------------------------------------------------------------
 def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
                position_ids: torch.Tensor, allow: torch.Tensor | None = None,
-               past_allow: torch.Tensor | None = None) -> torch.Tensor:
+               past_allow: torch.Tensor | None = None, position_embeddings=None) -> torch.Tensor:
     """Run decoder layers ``[start, end)`` on ``hidden``, appending to ``cache`` at those layers.
 
     Args:
@@ -100,6 +100,8 @@ def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
         position_ids: ``[1, q]`` absolute positions (tree nodes: past + depth).
         allow: ``[q, q]`` bool attention among the new positions (default: causal).
         past_allow: ``[q, past]`` bool, which cached positions each new one sees (default: all).
+        position_embeddings: the rotary ``(cos, sin)`` of ``position_ids`` (:func:`rotary`), for a
+            caller running one position through the layers a few at a time; computed if None.
     Returns:
         ``[1, q, H]`` raw (un-normed) output of layer ``end - 1``.
     """
@@ -111,11 +113,17 @@ def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
     else:
         mask = attention_mask_4d(causal_allow(q, hidden.device) if allow is None else allow, past, hidden.dtype,
                                  past_allow)
-    pe = m.rotary_emb(hidden, position_ids=position_ids)
+    pe = m.rotary_emb(hidden, position_ids=position_ids) if position_embeddings is None else position_embeddings
     for i in range(start, end):
         hidden = m.layers[i](hidden, attention_mask=mask, position_embeddings=pe,
                              position_ids=position_ids, past_key_values=cache, use_cache=cache is not None)
     return hidden
+
+
+def rotary(model, hidden: torch.Tensor, position_ids: torch.Tensor):
+    """The rotary ``(cos, sin)`` the layers use at ``position_ids`` (``[1, q]``), for ``hidden``'s
+    dtype and device."""
+    return _backbone(model).rotary_emb(hidden, position_ids=position_ids)
 
 
 # -- the verification forward ---------------------------------------------------------------
@@ -248,7 +256,8 @@ def layer_states(model, ids: torch.Tensor, depths: Sequence[int]) -> dict[int, t
     return out
 
 
-def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor,
+             position_embeddings=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The keys and values decoder layer ``layer`` caches for input states ``hidden``, without
     running its attention or MLP (CALM's state propagation: a skipped layer's cache entry
     computed from the exited state).
@@ -256,6 +265,7 @@ def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor
     Args:
         hidden: ``[1, q, H]`` the layer's input (raw residual stream).
         position_ids: ``[1, q]`` absolute positions (rotary embeddings).
+        position_embeddings: their rotary ``(cos, sin)`` (:func:`rotary`); computed if None.
     Returns:
         ``([1, kvh, q, hd] keys, [1, kvh, q, hd] values)``, rotated, as the layer's own
         forward hands them to ``cache.update`` (LLaMA-style layers: input norm, k/v
@@ -273,15 +283,17 @@ def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor
         k = attn.k_norm(k)
     k = k.transpose(1, 2)
     v = attn.v_proj(x).view(shape).transpose(1, 2)
-    cos, sin = m.rotary_emb(hidden, position_ids=position_ids)
+    cos, sin = rotary(model, hidden, position_ids) if position_embeddings is None else position_embeddings
     rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb  # the model's own rotary code
     k, _ = rotate(k, k, cos, sin)
     return k, v
 
 
-def append_layer_kv(model, cache, layers: Sequence[int], hidden: torch.Tensor, position_ids: torch.Tensor) -> None:
+def append_layer_kv(model, cache, layers: Sequence[int], hidden: torch.Tensor, position_ids: torch.Tensor,
+                    position_embeddings=None) -> None:
     """Append to ``cache``, at each of ``layers``, the keys/values of input ``hidden``
     (:func:`layer_kv`): those layers now hold the positions as if ``hidden`` had entered each."""
+    pe = rotary(model, hidden, position_ids) if position_embeddings is None else position_embeddings
     for i in layers:
-        k, v = layer_kv(model, i, hidden, position_ids)
+        k, v = layer_kv(model, i, hidden, position_ids, pe)
         cache.update(k, v, i)

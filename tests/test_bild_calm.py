@@ -57,16 +57,17 @@ class ForcedExit(Calm):
         return depth == self.EXIT
 
 
-@pytest.mark.parametrize("e", [1, 2, 3])
-def test_forced_exit_matches_an_independent_reference(chaotic_llama, e):
+@pytest.mark.parametrize("e,on_fast", [(1, False), (2, False), (3, False), (2, True)])
+def test_forced_exit_matches_an_independent_reference(chaotic_llama, fast, e, on_fast):
     """With every token exiting after e layers, layers [0, e) only ever see real states, so the
     tokens after the prefill's are the first e layers' greedy output (+ final norm + head); the
-    skipped layers cache, at each generated position, the keys/values of its layer-e state."""
+    skipped layers cache, at each generated position, the keys/values of its layer-e state
+    (also on the fast path's growing cache and packed linears)."""
     d = num_layers(chaotic_llama)
     ForcedExit.EXIT = e
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
-        dec = ForcedExit(chaotic_llama)
+        dec = ForcedExit(fast if on_fast else chaotic_llama)
         out = dec.generate(ids, 20)
         assert out.stats["exit_layers"] == [d] + [e] * (len(out.tokens) - 1)
         seq = torch.cat([ids, torch.tensor([out.tokens[:1]])], dim=1)
