@@ -8,6 +8,10 @@ norm + head (the draft family of :mod:`common.draft`), trained twice (``unaligne
 ShareGPT's reference replies, as the paper fine-tunes its small models on the task's
 references; ``aligned``: on the large model's own greedy outputs, the paper's prediction
 alignment, section 3.5.1). In the paper profile, the paper's released checkpoints per task.
+
+Early exit (``early_exit``, Figures 6 and 7): a causal model whose shared exit head is trained
+twice on its frozen trunk (:mod:`bild.exits`: BiLD's averaged loss, CALM's weighted one), swept
+on some of the tasks with ``bild`` at ``exit_layer`` and with ``calm``.
 """
 from __future__ import annotations
 
