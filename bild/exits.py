@@ -16,6 +16,11 @@ head, ``tie_word_embeddings`` off), so a benchmark loads it as the large model: 
 is the paper's reference (the fine-tuned model), ``bild`` with ``exit_layer=k`` its early exit
 and ``calm`` its exits at any layer, all through the same head.
 
+Why not the draft family of :mod:`common.draft` (first ``k`` layers + final norm + head, BiLD's
+separate small model): it trains its own copy of the ``k`` layers, so its keys/values are not
+the large model's and it cannot share its cache, and its head serves the small model alone; the
+early exit of the paper is a path *inside* the large model, one head shared with the last layer.
+
 Labels: ``text`` (the teacher cache's ShareGPT reference replies, as the paper fine-tunes on the
 task's references) or ``greedy`` (the model's own greedy tokens), at answer positions, at most
 ``--positions`` of them per batch (the head's cost grows with positions x exits). Early
