@@ -61,6 +61,10 @@ def _raw(**ee):
 
 
 def test_bad_config():
+    from bild.config import EXIT_LOSSES
+    from bild.exits import LOSSES
+
+    assert EXIT_LOSSES == LOSSES  # the torch-free config names the trainer's losses
     assert from_mapping(_raw()).early_exit.calm_grid() == [(0.9, 4.0)]
     with pytest.raises(UserError, match="not tasks of bild.tasks"):
         from_mapping(_raw(tasks=["nope"]))
