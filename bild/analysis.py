@@ -122,3 +122,51 @@ def chosen_setting(points: pd.DataFrame, tolerance: float = 1.0) -> tuple[str, d
         return None
     r = cand.sort_values(["quality", "speedup"], ascending=False).iloc[0]
     return "closest", {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}
+CALM_LABEL = re.compile(r"^calm@l(?P<lam>[0-9.]+)_t(?P<tau>[0-9.]+)$")
+
+
+def calm_points(records: list[dict], metric: str, baseline: str = "vanilla") -> pd.DataFrame:
+    """One row per decoder of one CALM sweep run (Figure 7): :func:`sweep_points`' columns,
+    with ``threshold`` (lambda) and ``tau`` from the ``calm@l<lambda>_t<tau>`` labels, and from
+    the decoder's stats ``mean_exit_layer`` (layers run per token, over every token of every
+    prompt; the prefill's token counts as the full depth) and ``early_exit_share`` (tokens that
+    left before the last layer; NaN and 0 for decoders without exits, the baseline's)."""
+    out = sweep_points(records, metric, baseline).drop(
+        columns=["fallback_threshold", "rollback_threshold", "small_share", "fallbacks_per_token",
+                 "rollbacks_per_token"])
+    df = pd.DataFrame(records)
+    lam, tau, depth, share = [], [], [], []
+    for name in out.decoder:
+        m = CALM_LABEL.match(name)
+        lam.append(float(m["lam"]) if m else None)
+        tau.append(float(m["tau"]) if m else None)
+        extra = [e or {} for e in df.loc[df.decoder == name, "extra"]] if "extra" in df else []
+        exits = [x for e in extra for x in e.get("exit_layers", [])]
+        depth.append(sum(exits) / len(exits) if exits else float("nan"))
+        share.append(sum(e.get("early_exits", 0) for e in extra) / len(exits) if exits else 0.0)
+    return out.assign(threshold=lam, tau=tau, mean_exit_layer=depth, early_exit_share=share)
+
+
+def frontier(points: pd.DataFrame, x: str = "latency", y: str = "quality") -> pd.DataFrame:
+    """The points no other point beats on both axes (lower ``x``, higher ``y``), by ``x``:
+    the trade-off curve a sweep draws."""
+    pts = points.sort_values([x, y], ascending=[True, False])
+    best, keep = float("-inf"), []
+    for i, r in pts.iterrows():
+        if r[y] > best:
+            keep.append(i)
+            best = r[y]
+    return pts.loc[keep]
+
+
+def quality_gap(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """At each point of ``b``'s trade-off curve (:func:`frontier`), ``a``'s best quality at no
+    more latency: ``latency, quality_b, quality_a, gap = quality_a - quality_b`` (gap NaN where
+    ``a`` has no point that fast). Figure 7's comparison: a = early-exit BiLD, b = CALM."""
+    fa, rows = frontier(a), []
+    for _, r in frontier(b).iterrows():
+        ok = fa[fa.latency <= r.latency]
+        qa = float(ok.quality.max()) if len(ok) else float("nan")
+        rows.append({"latency": float(r.latency), "quality_b": float(r.quality), "quality_a": qa,
+                     "gap": qa - float(r.quality)})
+    return pd.DataFrame(rows, columns=["latency", "quality_b", "quality_a", "gap"])

@@ -40,7 +40,7 @@ def truncated_copy(model, n_layers: int):
     return draft
 
 
-def _batch(data: TeacherData, seqs: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_batch(data: TeacherData, seqs: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``[B, T]`` ids of sequences ``seqs`` and the ``[B, T]`` flat index of each
     position in ``data`` (-1 on padding; a causal model's real positions never see it)."""
     spans = [data.span(s) for s in seqs]
@@ -69,7 +69,7 @@ def kl_loss(data: TeacherData, temperature: float = 1.0):
     spreads the draft over tokens it would never propose.
     """
     def loss(draft, batch):
-        ids, flat = _batch(data, batch, draft.device)
+        ids, flat = padded_batch(data, batch, draft.device)
         ok = flat >= 0
         logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1)  # [P, V]
         idx, p = topk_targets(data, flat[ok], temperature)
@@ -89,7 +89,7 @@ def hard_loss(data: TeacherData, labels: str):
     answer[data.answer_positions()] = True
 
     def loss(draft, batch):
-        ids, flat = _batch(data, batch, draft.device)
+        ids, flat = padded_batch(data, batch, draft.device)
         ok = flat >= 0
         ok[ok.clone()] = answer[flat[ok]]
         logits = draft(input_ids=ids).logits[ok.to(draft.device)].float()
@@ -112,7 +112,7 @@ def evaluate(draft, data: TeacherData, batch_size: int = 8) -> dict:
     hits = ce = kl = 0.0
     n = 0
     for i in range(0, len(data), batch_size):
-        ids, flat = _batch(data, list(range(i, min(i + batch_size, len(data)))), draft.device)
+        ids, flat = padded_batch(data, list(range(i, min(i + batch_size, len(data)))), draft.device)
         ok = flat >= 0
         ok[ok.clone()] = answer[flat[ok]]
         logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1).cpu()
