@@ -48,15 +48,16 @@ class Target:
     """A model and the cache of the one sequence it decodes (reset by :meth:`start`)."""
 
     kind = "base"
+    # Set to a list to log every forward as ``[cached positions before it, new positions]``
+    # (analytic FLOP and memory counts); None (the default, also for subclasses that skip
+    # this __init__) logs nothing.
+    calls: list[list[int]] | None = None
 
     def __init__(self, model):
         self.model = model
         self.cache = None
         self.prompt: torch.Tensor | None = None
         self.forwards, self.forward_s = 0, 0.0  # model forwards and their wall time, this sequence
-        # Set to a list to log every forward as ``[cached positions before it, new positions]``
-        # (analytic FLOP and memory counts); None (the default) logs nothing.
-        self.calls: list[list[int]] | None = None
 
     def _timed(self, fn, *args):
         if self.calls is not None:
