@@ -44,9 +44,9 @@ from torch.utils.checkpoint import checkpoint
 from common.draft import padded_batch
 from common.errors import UserError, check_range, cli_main
 from common.forward import check_layer, layer_states, num_layers
-from common.records import read_jsonl, write_json, write_jsonl
+from common.records import write_json
 from common.teacher import TeacherData
-from common.training import Stopping, TrainConfig, fingerprint, train
+from common.training import Stopping, TrainConfig, fingerprint, run_summary, train
 
 LOSSES = ("bild", "calm")
 LABELS = ("text", "greedy")
@@ -212,25 +212,17 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
                 out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta, desc=f"{loss} exit head",
                 evaluate=lambda h: evaluate(model, h, held, weights, max_positions=eval_positions),
                 stop=stop, curve_path=curve_file)
-    state = torch.load(out_dir / "train.pt", weights_only=False, map_location="cpu")
     install(model, head)
     model.save_pretrained(out_dir / "model")
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir / "model")
-    curve = state["curve"]
-    pick = lambda row: {k: v for k, v in row.items() if k.startswith("heldout")}  # noqa: E731
     stats = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "layers": d,
              "exit_depths": sorted(weights), "weights": [weights[k] for k in sorted(weights)], "labels": labels,
              "positions": positions, "trained_params": sum(p.numel() for p in head.parameters()),
-             "frozen_trunk": True, "train_wall_s": time.perf_counter() - t0, "curve_wall_s": state["wall_s"],
-             "stopped": state["stopped"], "steps": state["step"],
-             "first_loss": log[0]["loss"] if log else None, "final_loss": log[-1]["loss"] if log else None,
-             "untrained": pick(curve[0]), "final": pick(curve[-1]), "train_sequences": len(tr),
-             "train_tokens": tr.n_tokens, "heldout_sequences": len(held), "stopping": dataclasses.asdict(stop),
-             "config": dataclasses.asdict(cfg), "teacher": teacher["key"], "threads": torch.get_num_threads()}
+             "frozen_trunk": True, **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
+             "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
+             "teacher": teacher["key"], "threads": torch.get_num_threads()}
     write_json(out_dir / "stats.json", stats)
-    if curve_path is not None and Path(curve_path) != curve_file:
-        write_jsonl(curve_path, read_jsonl(curve_file))
     return stats
 
 

@@ -203,6 +203,29 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     return log
 
 
+def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConfig, started: float,
+                curve_path: Path | None = None) -> dict:
+    """After :func:`train` on the teacher cache: the statistics every such component reports
+    (wall times, why it stopped, first and last loss, the held-out metrics untrained and at the
+    end, the stopping rule and optimizer config); the curve is copied to ``curve_path``.
+
+    Args:
+        log: :func:`train`'s per-step log.
+        started: ``time.perf_counter()`` when this session began.
+    """
+    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+    curve = state["curve"]
+    if curve_path is not None:
+        write_jsonl(curve_path, curve)
+
+    def heldout(row: dict) -> dict:
+        return {k: v for k, v in row.items() if k.startswith("heldout")}
+    return {"train_wall_s": time.perf_counter() - started, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
+            "steps": state["step"], "first_loss": log[0]["loss"] if log else None,
+            "final_loss": log[-1]["loss"] if log else None, "untrained": heldout(curve[0]), "final": heldout(curve[-1]),
+            "stopping": asdict(stop), "config": asdict(cfg)}
+
+
 def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: list[list[float]], out: Path,
                          curve_path: Path | None, started: float, **fields) -> dict:
     """After :func:`train`: store ``acc`` (the final held-out top-k accuracy per distance, what

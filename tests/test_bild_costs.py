@@ -42,11 +42,6 @@ def test_vanilla_calls_are_the_forwards_vanilla_makes(chaotic_llama, kind):
     assert d.target.calls == vanilla_calls(ids.shape[1] if kind == "llama" else 1, len(out.tokens))
 
 
-@pytest.fixture(scope="module")
-def pair(chaotic_llama):
-    return chaotic_llama, tiny_llama(seed=1, layers=1, scale=10.0)
-
-
 class WordTokenizer:
     """Token t decodes to " w<t>"; 7 followed by 8 is "é", 7 alone an incomplete character."""
     eos_token_id = 2
@@ -61,8 +56,8 @@ class WordTokenizer:
         return out
 
 
-def test_bild_logs_its_forwards_and_marks_its_text(pair):
-    large, small = pair
+def test_bild_logs_its_forwards_and_marks_its_text(llama_pair):
+    large, small = llama_pair
     ids = torch.tensor([[1, 40, 41, 42, 43]])
     # the random pair's p_L(y_small) is near 1/V: at -log p ~ 4.6 some small tokens stay, some roll back
     d = get_decoder("bild", large, WordTokenizer(), small=small, rollback_threshold=4.6, fallback_threshold=0.0,
@@ -91,10 +86,10 @@ def test_bild_logs_its_forwards_and_marks_its_text(pair):
     assert len(lc) < len(out.tokens) and r["mops"] < 1  # fewer large forwards: fewer weight reads
 
 
-def test_lossless_limit_unchanged_by_logging(pair):
+def test_lossless_limit_unchanged_by_logging(llama_pair):
     ids = torch.tensor([[1, 77, 3, 3, 3, 12, 60, 61]])
-    ref = get_decoder("vanilla", pair[0]).generate(ids, 25).tokens
-    out = get_decoder("bild", pair[0], small=pair[1], rollback_threshold=0.0).generate(ids, 25)
+    ref = get_decoder("vanilla", llama_pair[0]).generate(ids, 25).tokens
+    out = get_decoder("bild", llama_pair[0], small=llama_pair[1], rollback_threshold=0.0).generate(ids, 25)
     assert out.tokens == ref and "segments" not in out.stats  # no tokenizer: no text to cut
 
 

@@ -8,26 +8,13 @@ import torch
 
 from bild.oracle import main, oracle_decode, parse_thresholds, setting
 from common.decoders import get_decoder
-from common.decoders.speculative import perturbed_copy
 from common.errors import UserError
-from common.models import tiny_llama, tiny_t5
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # where each pair's p_L(y_small) lies (the random LLaMA pair's near 1/V, the T5 pair's spread out),
 # so thresholds split the paths
 THRESHOLDS = {"llama": [0.0, 0.008, 0.009, 0.0095, 0.01, 0.0105, 0.011, 0.012, 1.0, math.inf],
               "t5": [0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 0.7, 0.9, 1.0, math.inf]}
-
-
-@pytest.fixture(scope="module")
-def pair(chaotic_llama):
-    return chaotic_llama, tiny_llama(seed=1, layers=1, scale=10.0)
-
-
-@pytest.fixture(scope="module")
-def t5_pair():
-    large = tiny_t5(seed=0)
-    return large, perturbed_copy(large, 0.05)
 
 
 @torch.no_grad()
@@ -61,8 +48,8 @@ CASES = [("llama", [1, 5, 6, 7, 5, 6]), ("llama", [1, 40, 41, 42, 43]), ("llama"
 
 
 @pytest.mark.parametrize("kind,prompt", CASES)
-def test_one_pass_equals_each_threshold_alone(pair, t5_pair, kind, prompt):
-    large, small = pair if kind == "llama" else t5_pair
+def test_one_pass_equals_each_threshold_alone(llama_pair, t5_pair, kind, prompt):
+    large, small = llama_pair if kind == "llama" else t5_pair
     ids, n, eos = torch.tensor([prompt]), 20, {2} if kind == "llama" else {1}
     got = oracle_decode(large, small, ids, THRESHOLDS[kind], n, eos)
     assert sorted(got) == THRESHOLDS[kind]
@@ -75,9 +62,9 @@ def test_one_pass_equals_each_threshold_alone(pair, t5_pair, kind, prompt):
 
 
 @pytest.mark.parametrize("kind,prompt", [CASES[1], CASES[4]])
-def test_thresholds_split_the_paths(pair, t5_pair, kind, prompt):
+def test_thresholds_split_the_paths(llama_pair, t5_pair, kind, prompt):
     """The test above means something only if thresholds lead to different outputs."""
-    large, small = pair if kind == "llama" else t5_pair
+    large, small = llama_pair if kind == "llama" else t5_pair
     got = oracle_decode(large, small, torch.tensor([prompt]), THRESHOLDS[kind], 20, {2} if kind == "llama" else {1})
     assert len({tuple(r["tokens"]) for r in got.values()}) >= 4
     engaged = [got[t]["engaged"] / len(got[t]["tokens"]) for t in THRESHOLDS[kind]]

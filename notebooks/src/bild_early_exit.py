@@ -24,6 +24,7 @@ import pandas as pd
 
 from bild.analysis import calm_points, frontier, quality_gap, sweep_points
 from bild.config import from_profile
+from bild.plots import quality_panel
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
 from common.report import provenance, trend
@@ -78,12 +79,7 @@ fig, axes = plt.subplots(1, len(ee.tasks) + 1, figsize=(5 * (len(ee.tasks) + 1),
 rows = []
 for ax, t in zip(axes[0], ee.tasks):
     q0 = panel(ax, t, "bild", f"BiLD, exit after layer {ee.exit_layer}", "o")
-    ax.axhline(q0, color="grey", lw=0.8)
-    ax.axhline(q0 - 1, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("latency / vanilla latency (same run)")
-    ax.set_ylabel(cfg.task(t).metric)
-    ax.set_title(f"{t}: {cfg.task(t).dataset}", fontsize=9)
-    ax.legend(fontsize=7)
+    quality_panel(ax, t, cfg.task(t), "latency / vanilla latency (same run)", q0)
     g = points[t, "bild"]
     within = g[(g.decoder != "vanilla") & (g.quality >= q0 - 1)].sort_values("speedup", ascending=False)
     best = within.iloc[0] if len(within) else None
@@ -122,12 +118,7 @@ gaps = []
 for ax, t in zip(axes[0], ee.tasks):
     q_bild = panel(ax, t, "bild", "early-exit BiLD", "o")
     q_calm = panel(ax, t, "calm", "CALM", "^")
-    ax.axhline(q_bild, color="grey", lw=0.8)
-    ax.axhline(q_bild - 1, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("latency / own vanilla latency")
-    ax.set_ylabel(cfg.task(t).metric)
-    ax.set_title(f"{t}: {cfg.task(t).dataset}", fontsize=9)
-    ax.legend(fontsize=7)
+    quality_panel(ax, t, cfg.task(t), "latency / own vanilla latency", q_bild)
     b, c = points[t, "bild"], points[t, "calm"]
     gaps.append(quality_gap(b[b.decoder != "vanilla"], c[c.decoder != "vanilla"]).assign(
         task=t, vanilla_bild=q_bild, vanilla_calm=q_calm))

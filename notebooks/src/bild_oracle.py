@@ -22,6 +22,7 @@ import pandas as pd
 
 from bild.analysis import oracle_match, oracle_points
 from bild.config import from_profile
+from bild.plots import quality_panel
 from common.render import Render, paper_numbers
 from common.report import provenance
 
@@ -48,10 +49,7 @@ for ax, t in zip(axes[0], cfg.tasks):
     large = points[(points.task == t) & (points.setting == "large")].quality.iloc[0]
     ax.axhline(large, color="black", ls="--", lw=0.8, label="large alone")
     ax.axvline(100 * paper["engaged_to_match"], color="grey", lw=0.6, label="paper: ~20% matches the large model")
-    ax.set_xlabel("large model's engagement (% of tokens)")
-    ax.set_ylabel(cfg.task(t).metric)
-    ax.set_title(f"{t}: {cfg.task(t).dataset}", fontsize=9)
-    ax.legend(fontsize=7)
+    quality_panel(ax, t, cfg.task(t), "large model's engagement (% of tokens)")
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}", fontsize=8)
 R.save_figure(fig)
 R.save_table(points[["task", "variant", "setting", "threshold", "engaged", "changed", "quality", "prompts"]], meta)
