@@ -1,6 +1,7 @@
 """From BiLD sweep records (``common.bench`` JSONL with text and references) to the paper's
 figures and tables: quality against latency normalised to the large model (Figure 4), and
-its summary (Table 1: best speedup with no quality loss, and within ~1 point).
+its summary (Table 1: best speedup with no quality loss, and within ~1 point); from oracle
+records (:mod:`bild.oracle`) to Figure 2 (quality against the large model's engagement).
 
 Latency is the mean wall time per prompt over the same prompts in the same run, divided by
 ``vanilla``'s (the large model alone); quality is the task's corpus metric over the outputs
@@ -70,3 +71,102 @@ def best_settings(points: pd.DataFrame, tolerance: float = 1.0, baseline: str = 
         return {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}
     return {"baseline_quality": q0, "no_loss": fastest(cand.quality >= q0),
             "within": fastest(cand.quality >= q0 - tolerance)}
+
+
+def oracle_points(records: list[dict], metric: str) -> pd.DataFrame:
+    """One row per threshold of one oracle run (:mod:`bild.oracle`), ascending engagement.
+
+    Returns:
+        columns ``setting`` (``small``, ``oracle``, ``large``), ``threshold`` (None for the large
+        model alone), ``quality`` (the corpus metric over all prompts), ``engaged`` (share of
+        tokens where the large model's prediction was taken), ``changed`` (share where that
+        changed the token), ``prompts``.
+    """
+    df = pd.DataFrame(records)
+    score = METRICS[metric]
+    key = df.threshold.fillna(float("inf"))
+    rows = []
+    for t, g in df.groupby(key, sort=True):
+        g = g.sort_values("question_id")
+        tokens = g.new_tokens.sum()
+        rows.append({"setting": g.setting.iloc[0], "threshold": None if t == float("inf") else float(t),
+                     "quality": score(list(g.text), list(g.reference)),
+                     "engaged": g.engaged.sum() / tokens if tokens else float("nan"),
+                     "changed": g.changed.sum() / tokens if tokens else float("nan"), "prompts": len(g)})
+    counts = {r["prompts"] for r in rows}
+    if len(counts) != 1:
+        raise ValueError(f"thresholds cover different prompt counts {sorted(counts)}: an incomplete oracle run")
+    return pd.DataFrame(rows)
+
+
+def oracle_match(points: pd.DataFrame) -> float | None:
+    """The smallest share of large-model engagement at which the oracle's quality reaches the
+    large model's alone (section 3.1: about 20% in the paper); None when no threshold does."""
+    q_large = float(points.loc[points.setting == "large", "quality"].iloc[0])
+    hit = points[(points.setting != "large") & (points.quality >= q_large)]
+    return None if hit.empty else float(hit.engaged.min())
+
+
+def chosen_setting(points: pd.DataFrame, tolerance: float = 1.0) -> tuple[str, dict] | None:
+    """The BiLD setting Figures 8 and 10 show: the one with roughly the large model's quality,
+    Table 1's fastest without loss, else its fastest within ``tolerance`` points, else (cell
+    ``closest``) the grid's best quality, the fastest of equals. Returns ``(cell, {"decoder",
+    "quality", "speedup"})``; None only without any grid setting (ablations never count)."""
+    grid = points[points.decoder.str.match(LABEL.pattern) | (points.decoder == "vanilla")]
+    best = best_settings(grid, tolerance)
+    for cell in ("no_loss", "within"):
+        if best[cell] is not None:
+            return cell, best[cell]
+    cand = grid[grid.decoder != "vanilla"]
+    if cand.empty:
+        return None
+    r = cand.sort_values(["quality", "speedup"], ascending=False).iloc[0]
+    return "closest", {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}
+CALM_LABEL = re.compile(r"^calm@l(?P<lam>[0-9.]+)_t(?P<tau>[0-9.]+)$")
+
+
+def calm_points(records: list[dict], metric: str, baseline: str = "vanilla") -> pd.DataFrame:
+    """One row per decoder of one CALM sweep run (Figure 7): :func:`sweep_points`' columns,
+    with ``threshold`` (lambda) and ``tau`` from the ``calm@l<lambda>_t<tau>`` labels, and from
+    the decoder's stats ``mean_exit_layer`` (layers run per token, over every token of every
+    prompt; the prefill's token counts as the full depth) and ``early_exit_share`` (tokens that
+    left before the last layer; NaN and 0 for decoders without exits, the baseline's)."""
+    out = sweep_points(records, metric, baseline).drop(
+        columns=["fallback_threshold", "rollback_threshold", "small_share", "fallbacks_per_token",
+                 "rollbacks_per_token"])
+    df = pd.DataFrame(records)
+    lam, tau, depth, share = [], [], [], []
+    for name in out.decoder:
+        m = CALM_LABEL.match(name)
+        lam.append(float(m["lam"]) if m else None)
+        tau.append(float(m["tau"]) if m else None)
+        extra = [e or {} for e in df.loc[df.decoder == name, "extra"]] if "extra" in df else []
+        exits = [x for e in extra for x in e.get("exit_layers", [])]
+        depth.append(sum(exits) / len(exits) if exits else float("nan"))
+        share.append(sum(e.get("early_exits", 0) for e in extra) / len(exits) if exits else 0.0)
+    return out.assign(threshold=lam, tau=tau, mean_exit_layer=depth, early_exit_share=share)
+
+
+def frontier(points: pd.DataFrame, x: str = "latency", y: str = "quality") -> pd.DataFrame:
+    """The points no other point beats on both axes (lower ``x``, higher ``y``), by ``x``:
+    the trade-off curve a sweep draws."""
+    pts = points.sort_values([x, y], ascending=[True, False])
+    best, keep = float("-inf"), []
+    for i, r in pts.iterrows():
+        if r[y] > best:
+            keep.append(i)
+            best = r[y]
+    return pts.loc[keep]
+
+
+def quality_gap(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """At each point of ``b``'s trade-off curve (:func:`frontier`), ``a``'s best quality at no
+    more latency: ``latency, quality_b, quality_a, gap = quality_a - quality_b`` (gap NaN where
+    ``a`` has no point that fast). Figure 7's comparison: a = early-exit BiLD, b = CALM."""
+    fa, rows = frontier(a), []
+    for _, r in frontier(b).iterrows():
+        ok = fa[fa.latency <= r.latency]
+        qa = float(ok.quality.max()) if len(ok) else float("nan")
+        rows.append({"latency": float(r.latency), "quality_b": float(r.quality), "quality_a": qa,
+                     "gap": qa - float(r.quality)})
+    return pd.DataFrame(rows, columns=["latency", "quality_b", "quality_a", "gap"])

@@ -8,6 +8,10 @@ norm + head (the draft family of :mod:`common.draft`), trained twice (``unaligne
 ShareGPT's reference replies, as the paper fine-tunes its small models on the task's
 references; ``aligned``: on the large model's own greedy outputs, the paper's prediction
 alignment, section 3.5.1). In the paper profile, the paper's released checkpoints per task.
+
+Early exit (``early_exit``, Figures 6 and 7): a causal model whose shared exit head is trained
+twice on its frozen trunk (:mod:`bild.exits`: BiLD's averaged loss, CALM's weighted one), swept
+on some of the tasks with ``bild`` at ``exit_layer`` and with ``calm``.
 """
 from __future__ import annotations
 
@@ -61,6 +65,68 @@ class TaskConfig:
         return [(f, r) for f in self.fallback for r in self.rollback]
 
 
+EXIT_LOSSES = ("bild", "calm")   # the exit-head trainings (bild.exits): BiLD's early exit, CALM
+EXIT_TRAIN_KEYS = ("labels", "positions", "eval_positions", "lr", "batch_size", "max_epochs", "eval_every",
+                   "patience", "min_delta", "wall_budget_s")
+
+
+@dataclass(frozen=True)
+class EarlyExitConfig:
+    """Figure 6 (BiLD with the large model's first ``exit_layer`` layers as its small model) and
+    Figure 7 (CALM on the same model family): one model per loss (``bild``, ``calm``), its
+    shared exit head trained on the frozen trunk, swept on ``tasks`` (names of ``bild.tasks``)."""
+    model: str
+    exit_layer: int
+    tasks: tuple[str, ...]
+    fallback: tuple[float, ...]
+    rollback: tuple[float, ...]
+    calm_threshold: tuple[float, ...]
+    calm_tau: tuple[float, ...]
+    train: Mapping[str, Mapping]     # {loss: trainer settings}
+    calm_min_exit: int = 1
+
+    def __post_init__(self):
+        check_range("bild.early_exit.exit_layer", self.exit_layer, 1)
+        check_range("bild.early_exit.calm.min_exit", self.calm_min_exit, 1)
+        if not self.tasks:
+            raise UserError("bild.early_exit.tasks must name at least one bild task")
+        for name, lo, hi in (("fallback", 0.0, 1.0), ("rollback", 0.0, None), ("calm_threshold", 0.0, 1.0),
+                             ("calm_tau", 0.0, None)):
+            object.__setattr__(self, name, _threshold_list(f"bild.early_exit.{name.replace('_', '.')}",
+                                                           getattr(self, name), lo, hi))
+        if set(self.train) != set(EXIT_LOSSES):
+            raise UserError(f"bild.early_exit.train must hold exactly {', '.join(EXIT_LOSSES)}")
+        for loss, t in self.train.items():
+            bad = sorted(set(t) - set(EXIT_TRAIN_KEYS))
+            if bad:
+                raise UserError(f"bild.early_exit.train.{loss} has unknown keys {bad}; valid: {', '.join(EXIT_TRAIN_KEYS)}")
+
+    def grid(self) -> list[tuple[float, float]]:
+        """Every (alpha_FB, alpha_RB) of the early-exit sweep."""
+        return [(f, r) for f in self.fallback for r in self.rollback]
+
+    def calm_grid(self) -> list[tuple[float, float]]:
+        """Every (lambda, tau) of the CALM sweep."""
+        return [(lam, tau) for lam in self.calm_threshold for tau in self.calm_tau]
+
+
+@dataclass(frozen=True)
+class OracleConfig:
+    """Figure 2's oracle study (:mod:`bild.oracle`): p_L thresholds below which the large model's
+    token replaces the small model's (both models alone are always added), and at most ``n``
+    prompts per task (None: the task's ``n``), the first of the sweep's."""
+    thresholds: tuple[float, ...]
+    n: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "thresholds", _threshold_list("bild.oracle.thresholds", self.thresholds, 0.0, 1.0))
+        if self.n is not None:
+            check_range("bild.oracle.n", self.n, 1)
+
+    def prompts(self, task: "TaskConfig") -> int:
+        return task.n if self.n is None else min(self.n, task.n)
+
+
 @dataclass(frozen=True)
 class BildConfig:
     model: str                       # the large model (embedded: the profile's model)
@@ -72,6 +138,8 @@ class BildConfig:
     train: Mapping | None = None     # embedded: small-model training settings
     handover: tuple[int, ...] = ()   # Figure 5's no-fallback ablation: hand over every N tokens
     spec_gamma: tuple[int, ...] = () # speculative sampling's windows on the same small model (section 4.2)
+    oracle: OracleConfig | None = None  # Figure 2's oracle study
+    early_exit: EarlyExitConfig | None = None  # Figures 6 and 7
 
     def __post_init__(self):
         check_range("bild.max_small_tokens", self.max_small_tokens, 1)
@@ -89,6 +157,12 @@ class BildConfig:
                 raise UserError(f"bild.tasks.{t.name}: without small_layers every task names its large model "
                                 f"and a small checkpoint per variant ({', '.join(self.variants)})")
 
+        if self.early_exit is not None:
+            unknown_tasks = [t for t in self.early_exit.tasks if t not in self.tasks]
+            if unknown_tasks:
+                raise UserError(f"bild.early_exit.tasks names {unknown_tasks}, not tasks of bild.tasks; "
+                                f"valid: {', '.join(self.tasks)}")
+
     def task(self, name: str) -> TaskConfig:
         if name not in self.tasks:
             raise UserError(f"unknown bild task {name!r}; valid: {', '.join(self.tasks)}")
@@ -101,7 +175,18 @@ def from_mapping(raw: Mapping) -> BildConfig:
     return BildConfig(model=raw["model"], small_layers=raw.get("small_layers"), variants=tuple(raw["variants"]),
                       max_small_tokens=raw.get("max_small_tokens", 10), max_prompt_tokens=raw["max_prompt_tokens"],
                       tasks=tasks, train=raw.get("train"), handover=tuple(raw.get("handover", ())),
-                      spec_gamma=tuple(raw.get("spec_gamma", ())))
+                      spec_gamma=tuple(raw.get("spec_gamma", ())),
+                      oracle=OracleConfig(tuple(raw["oracle"]["thresholds"]), raw["oracle"].get("n"))
+                      if raw.get("oracle") else None,
+                      early_exit=_early_exit(raw["early_exit"]) if raw.get("early_exit") else None)
+
+
+def _early_exit(raw: Mapping) -> EarlyExitConfig:
+    calm = raw["calm"]
+    return EarlyExitConfig(model=raw["model"], exit_layer=raw["exit_layer"], tasks=tuple(raw["tasks"]),
+                           fallback=tuple(raw["fallback"]), rollback=tuple(raw["rollback"]),
+                           calm_threshold=tuple(calm["threshold"]), calm_tau=tuple(calm["tau"]),
+                           train={k: dict(v) for k, v in raw["train"].items()}, calm_min_exit=calm.get("min_exit", 1))
 
 
 def from_profile(profile) -> BildConfig:

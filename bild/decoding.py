@@ -14,8 +14,21 @@ The paper's Algorithm 1, step by step, as this loop runs it (greedy, batch 1):
   and the large model's argmax takes position m; both caches are cropped (the loop's
   ``update_inputs_and_kv`` and the draft's ``update``).
 
+Statistics beside the tree loop's: ``source`` (which model produced each token), ``segments``
+(the text in runs of one source, for Figure 10), ``rollbacks``, ``fallbacks``, per-model
+forward counts and times, and ``large_calls`` / ``small_calls``: every forward as ``[cached
+positions, new positions]`` (Figure 8's analytic counts, :mod:`bild.flops`).
+
 So ``rollback_threshold=0`` and ``fallback_threshold=1`` each give exactly the large model's
-greedy tokens (tests). Ablations: ``rollback=False`` keeps every small token (alpha_RB = inf);
+greedy tokens (tests).
+
+*Early exit* (section 4.4, Figure 6): with ``exit_layer=k`` instead of ``small`` the small model
+is the large model's own first ``k`` layers with its final norm and LM head (the model trained
+with the averaged exit loss, :mod:`bild.exits`, carries a head shared by both), and the two
+share one KV cache (:mod:`common.decoders.early_exit`): the small model's cache *is* the large
+model's first ``k`` layers' cache, and the large model's non-autoregressive pass runs only
+layers ``[k, d)`` over the positions the small model already took through the first ``k``. Its
+tokens equal those of ``small=<a copy of the first k layers>`` (a test), at less cost. Ablations: ``rollback=False`` keeps every small token (alpha_RB = inf);
 ``fallback=False`` hands over only every ``max_small_tokens`` tokens.
 
 Where this differs from the official code: after a rollback the official script runs the
@@ -32,9 +45,13 @@ import torch
 
 from common.acceptance import AcceptanceRule, register_rule
 from common.decoders.base import DecodeOutput, Option
+from common.decoders.early_exit import SharedExitTarget
 from common.decoders.speculative import AutoregressiveDraft, resolve_draft
 from common.decoders.tree_loop import Proposer, TreeDecoder
-from common.target import make_target
+from common.errors import UserError
+from common.target import make_target, model_kind
+
+from .examples import segments
 
 
 @register_rule
@@ -72,6 +89,7 @@ class BigLittleDecoder(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {"small": Option(None, (str, Path, torch.nn.Module)),
+                "exit_layer": Option(None, (int,), lo=1),
                 "fallback_threshold": Option(0.5, (float,), lo=0.0, hi=1.0),
                 "rollback_threshold": Option(5.0, (float,), lo=0.0),
                 "max_small_tokens": Option(10, (int,), lo=1),
@@ -81,18 +99,40 @@ class BigLittleDecoder(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        self.small = resolve_draft(self.cfg["small"], model)
+        k = self.cfg["exit_layer"]
+        if k is None:
+            self.small = resolve_draft(self.cfg["small"], model)
+            return
+        if self.cfg["small"] is not None:
+            raise UserError("decoder 'bild' takes small=<model> or exit_layer=<k> (early exit), not both")
+        if model_kind(model) != "causal":
+            raise UserError("decoder 'bild' with exit_layer needs a causal LM (the early exit runs the "
+                            "model's layer stack, common.forward); encoder-decoders take small=<model>")
+        self.small, self.target = None, SharedExitTarget(model, k)
 
     def rule_options(self) -> dict:
         return {"threshold": self.cfg["rollback_threshold"] if self.cfg["rollback"] else float("inf")}
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
         fallback = self.cfg["fallback_threshold"] if self.cfg["fallback"] else 0.0
-        return AutoregressiveDraft(make_target(self.small), self.cfg["max_small_tokens"], fallback=fallback)
+        small = make_target(self.small) if self.small is not None else self.target.draft()
+        small.calls = []  # per-forward log for bild.flops (Figure 8)
+        self._small_target = small
+        return AutoregressiveDraft(small, self.cfg["max_small_tokens"], fallback=fallback)
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        out = super().generate(input_ids, max_new_tokens)
+        if self.tokenizer is not None:
+            # Figure 10's marked text; decoded after the timed call, so wall_time excludes it.
+            out.stats["segments"] = segments(self.tokenizer, out.tokens, out.stats["source"])
+        return out
 
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        self.target.calls = []  # reset by start(); logged: [cached positions, new positions] per forward
         out = super()._generate(input_ids, max_new_tokens)
         st = out.stats
+        st["large_calls"], st["small_calls"] = self.target.calls, self._small_target.calls
+        self.target.calls = None
         # Which model produced each committed token: accepted small tokens, then the large
         # model's own token of that step (the prefill's token is the large model's).
         source = ["large"]

@@ -3,11 +3,12 @@
     python -m bild.models --profile embedded --out results/bild/raw/models.jsonl
 
 One record per (task, role): layers (encoder + decoder for encoder-decoders), model width,
-FFN width, attention heads, vocabulary and parameter count. Counts come from the model's
-config instantiated on the meta device (no weights are read or allocated), so the paper's T5
-and mT5 checkpoints only need their config files; the embedded small model is the large
-model's config with its first ``small_layers`` layers (what :func:`common.draft.truncated_copy`
-keeps), counted with the embeddings and head it shares.
+FFN width, attention heads, KV heads and head width (Figure 8's counts need them), vocabulary and
+parameter count. Counts come from the model's config instantiated on the meta device (no
+weights are read or allocated), so the paper's T5 and mT5 checkpoints only need their config
+files; the embedded small model is the large model's config with its first ``small_layers``
+layers (what :func:`common.draft.truncated_copy` keeps), counted with the embeddings and head
+it shares.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def describe(cfg) -> dict:
     return {"kind": "encoder-decoder" if seq2seq else "decoder-only", "layers": layers,
             "d_model": get("d_model", "hidden_size", "n_embd"), "ffn": get("d_ff", "intermediate_size"),
             "heads": get("num_heads", "num_attention_heads", "n_head"),
-            "kv_heads": get("num_key_value_heads", "num_heads"), "vocab": cfg.vocab_size, "params": params}
+            "kv_heads": get("num_key_value_heads", "num_heads"), "head_dim": get("head_dim", "d_kv"),
+            "vocab": cfg.vocab_size, "params": params}
 
 
 def truncated_config(cfg, layers: int):

@@ -1,15 +1,20 @@
 """Workflow parameters: what the Snakemake rules of ``rules/bild.smk`` pass to the entry points.
 
-The entry points are ``python -m bild.small`` (the embedded profile's small models) and
+The entry points are ``python -m common.draft`` (the embedded profile's small models),
+``python -m bild.exits`` (the early-exit and CALM models' shared exit heads),
 ``python -m common.bench`` (one sweep per task and small-model variant: the large model's
 ``vanilla`` beside ``bild`` at every (alpha_FB, alpha_RB) of the task's grid, interleaved per
-prompt, so every latency is normalised within one run). :class:`RuleParams` turns a profile's
-:class:`~bild.config.BildConfig` into their arguments, so the rule file holds rules only.
+prompt, so every latency is normalised within one run; one per early-exit task and exit loss:
+the trained model's ``vanilla`` beside ``bild`` with ``exit_layer`` or ``calm`` at every
+setting) and ``python -m bild.oracle`` (Figure 2's oracle study per task and variant).
+:class:`RuleParams` turns a profile's :class:`~bild.config.BildConfig` into their arguments, so the rule file holds rules only.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from common.errors import UserError
 
 from .config import BildConfig, TaskConfig
 
@@ -19,10 +24,16 @@ def label(fallback: float, rollback: float) -> str:
     return f"bild@fb{fallback:g}_rb{rollback:g}"
 
 
+def calm_label(threshold: float, tau: float) -> str:
+    """The bench label of one CALM setting, e.g. ``calm@l0.9_t4``."""
+    return f"calm@l{threshold:g}_t{tau:g}"
+
+
 @dataclass(frozen=True)
 class RuleParams:
     cfg: BildConfig
     components: str  # the profile's component cache folder (embedded small models live there)
+    profile_model: str | None = None  # the profile's model (whose teacher cache the components rules build)
 
     # rules/bild.smk names the task wildcard ``btask`` (``task`` is constrained to PPD's tasks)
     def task(self, wildcards) -> TaskConfig:
@@ -68,8 +79,72 @@ class RuleParams:
             out.update({f"speculative@g{g}": {"draft": small, "gamma": g} for g in self.cfg.spec_gamma})
         return out
 
+    def oracle_thresholds(self, wildcards) -> str:
+        """``--thresholds`` of ``python -m bild.oracle`` (Figure 2)."""
+        return ",".join(f"{t:g}" for t in self._oracle().thresholds)
+
+    def oracle_n(self, wildcards) -> int:
+        """Prompts of a task's oracle study: the first of its sweep's."""
+        return self._oracle().prompts(self.task(wildcards))
+
+    def _oracle(self):
+        if self.cfg.oracle is None:
+            raise UserError("the profile's bild section has no oracle: {thresholds: [...]} (Figure 2)")
+        return self.cfg.oracle
+
     def decoders(self, wildcards) -> str:
         return ",".join(["vanilla", *self.settings(wildcards)])
 
     def decoder_config(self, wildcards) -> str:
         return json.dumps(self.settings(wildcards))
+
+    # -- early exit (Figure 6) and CALM (Figure 7); the exit loss wildcard is ``exitloss`` --------
+    def exit_dir(self, wildcards) -> str:
+        """The trained exit model's folder (its ``model/`` is what the sweeps load)."""
+        return f"{self.components}/bild_exit_{wildcards.exitloss}"
+
+    def exit_model(self, wildcards) -> str:
+        return f"{self.exit_dir(wildcards)}/model"
+
+    def exit_shares_teacher(self) -> bool:
+        """Whether the exit model is the profile's model, so its teacher cache is the shared one."""
+        return self.cfg.early_exit.model == self.profile_model
+
+    def exit_teacher(self, wildcards) -> dict[str, str]:
+        """``{teacher, corpus}`` caches of the exit training: the components' shared ones when the
+        model is the profile's, else the trainer's own (built by it, in its folder)."""
+        if self.exit_shares_teacher():
+            return {"teacher": f"{self.components}/teacher.pt", "corpus": f"{self.components}/corpus.pt"}
+        return {"teacher": f"{self.exit_dir(wildcards)}/teacher.pt", "corpus": f"{self.exit_dir(wildcards)}/corpus.pt"}
+
+    def exit_train_flags(self, wildcards) -> str:
+        """``python -m bild.exits`` flags of one loss's training (its own settings and stopping)."""
+        ee, loss = self.cfg.early_exit, wildcards.exitloss
+        t = ee.train[loss]
+        flags = [f"--loss {loss}", f"--labels {t['labels']}", f"--positions {t['positions']}",
+                 f"--lr {t['lr']}", f"--batch-size {t['batch_size']}", f"--max-epochs {t['max_epochs']}",
+                 f"--eval-every {t['eval_every']}", f"--patience {t['patience']}", f"--min-delta {t['min_delta']}"]
+        if loss == "bild":
+            flags.append(f"--exit-layer {ee.exit_layer}")
+        if t.get("eval_positions"):
+            flags.append(f"--eval-positions {t['eval_positions']}")
+        if t.get("wall_budget_s"):
+            flags.append(f"--wall-budget {t['wall_budget_s']}")
+        return " ".join(flags)
+
+    def exit_settings(self, wildcards) -> dict[str, dict]:
+        """``{label: options}`` of an exit sweep besides ``vanilla`` (the trained model alone, the
+        paper's fine-tuned reference): early-exit BiLD at every (alpha_FB, alpha_RB), or CALM at
+        every (lambda, tau)."""
+        ee = self.cfg.early_exit
+        if wildcards.exitloss == "bild":
+            return {label(f, r): {"exit_layer": ee.exit_layer, "fallback_threshold": f, "rollback_threshold": r,
+                                  "max_small_tokens": self.cfg.max_small_tokens} for f, r in ee.grid()}
+        return {calm_label(lam, tau): {"threshold": lam, "tau": tau, "min_exit": ee.calm_min_exit}
+                for lam, tau in ee.calm_grid()}
+
+    def exit_decoders(self, wildcards) -> str:
+        return ",".join(["vanilla", *self.exit_settings(wildcards)])
+
+    def exit_decoder_config(self, wildcards) -> str:
+        return json.dumps(self.exit_settings(wildcards))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -24,8 +23,8 @@ from .errors import UserError, check_range, cli_main
 from .forward import num_layers
 from .models import param_count
 from .teacher import TeacherData
-from .records import read_jsonl, write_json, write_jsonl
-from .training import Stopping, TrainConfig, train
+from .records import write_json
+from .training import Stopping, TrainConfig, run_summary, train
 
 
 def truncated_copy(model, n_layers: int):
@@ -40,7 +39,7 @@ def truncated_copy(model, n_layers: int):
     return draft
 
 
-def _batch(data: TeacherData, seqs: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_batch(data: TeacherData, seqs: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``[B, T]`` ids of sequences ``seqs`` and the ``[B, T]`` flat index of each
     position in ``data`` (-1 on padding; a causal model's real positions never see it)."""
     spans = [data.span(s) for s in seqs]
@@ -69,7 +68,7 @@ def kl_loss(data: TeacherData, temperature: float = 1.0):
     spreads the draft over tokens it would never propose.
     """
     def loss(draft, batch):
-        ids, flat = _batch(data, batch, draft.device)
+        ids, flat = padded_batch(data, batch, draft.device)
         ok = flat >= 0
         logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1)  # [P, V]
         idx, p = topk_targets(data, flat[ok], temperature)
@@ -89,7 +88,7 @@ def hard_loss(data: TeacherData, labels: str):
     answer[data.answer_positions()] = True
 
     def loss(draft, batch):
-        ids, flat = _batch(data, batch, draft.device)
+        ids, flat = padded_batch(data, batch, draft.device)
         ok = flat >= 0
         ok[ok.clone()] = answer[flat[ok]]
         logits = draft(input_ids=ids).logits[ok.to(draft.device)].float()
@@ -112,7 +111,7 @@ def evaluate(draft, data: TeacherData, batch_size: int = 8) -> dict:
     hits = ce = kl = 0.0
     n = 0
     for i in range(0, len(data), batch_size):
-        ids, flat = _batch(data, list(range(i, min(i + batch_size, len(data)))), draft.device)
+        ids, flat = padded_batch(data, list(range(i, min(i + batch_size, len(data)))), draft.device)
         ok = flat >= 0
         ok[ok.clone()] = answer[flat[ok]]
         logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1).cpu()
@@ -151,27 +150,18 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
             **({} if labels == "topk" else {"labels": labels})}
     log = train(draft, list(range(len(tr))), loss, cfg, out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta,
                 desc="draft distillation", evaluate=lambda m: evaluate(m, held), stop=stop, curve_path=curve_file)
-    state = torch.load(out_dir / "train.pt", weights_only=False, map_location="cpu")
     for p in draft.parameters():
         p.requires_grad_(False)
     model_dir = out_dir / "model"
     draft.save_pretrained(model_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(model_dir)
-    curve = state["curve"]
     stats = {"layers": n_layers, "labels": labels, "params": param_count(draft),
              "params_not_shared": sum(p.numel() for n, p in draft.named_parameters() if n.startswith("model.layers")),
-             "train_wall_s": time.perf_counter() - t0, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
-             "steps": state["step"], "first_loss": log[0]["loss"] if log else None,
-             "final_loss": log[-1]["loss"] if log else None,
-             "untrained": {k: v for k, v in curve[0].items() if k.startswith("heldout")},
-             "final": {k: v for k, v in curve[-1].items() if k.startswith("heldout")},
+             **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
              "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
-             "stopping": asdict(stop), "config": asdict(cfg), "teacher": teacher["key"],
-             "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads()}
+             "teacher": teacher["key"], "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads()}
     write_json(out_dir / "stats.json", stats)
-    if curve_path is not None and Path(curve_path) != curve_file:
-        write_jsonl(curve_path, read_jsonl(curve_file))
     return stats
 
 

@@ -91,7 +91,7 @@ def logits_from_hidden(model, hidden: torch.Tensor, head=None) -> torch.Tensor:
 # -- layer ranges ---------------------------------------------------------------------------
 def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
                position_ids: torch.Tensor, allow: torch.Tensor | None = None,
-               past_allow: torch.Tensor | None = None) -> torch.Tensor:
+               past_allow: torch.Tensor | None = None, position_embeddings=None) -> torch.Tensor:
     """Run decoder layers ``[start, end)`` on ``hidden``, appending to ``cache`` at those layers.
 
     Args:
@@ -100,6 +100,8 @@ def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
         position_ids: ``[1, q]`` absolute positions (tree nodes: past + depth).
         allow: ``[q, q]`` bool attention among the new positions (default: causal).
         past_allow: ``[q, past]`` bool, which cached positions each new one sees (default: all).
+        position_embeddings: the rotary ``(cos, sin)`` of ``position_ids`` (:func:`rotary`), for a
+            caller running one position through the layers a few at a time; computed if None.
     Returns:
         ``[1, q, H]`` raw (un-normed) output of layer ``end - 1``.
     """
@@ -111,11 +113,17 @@ def run_layers(model, hidden: torch.Tensor, cache, start: int, end: int,
     else:
         mask = attention_mask_4d(causal_allow(q, hidden.device) if allow is None else allow, past, hidden.dtype,
                                  past_allow)
-    pe = m.rotary_emb(hidden, position_ids=position_ids)
+    pe = m.rotary_emb(hidden, position_ids=position_ids) if position_embeddings is None else position_embeddings
     for i in range(start, end):
         hidden = m.layers[i](hidden, attention_mask=mask, position_embeddings=pe,
                              position_ids=position_ids, past_key_values=cache, use_cache=cache is not None)
     return hidden
+
+
+def rotary(model, hidden: torch.Tensor, position_ids: torch.Tensor):
+    """The rotary ``(cos, sin)`` the layers use at ``position_ids`` (``[1, q]``), for ``hidden``'s
+    dtype and device."""
+    return _backbone(model).rotary_emb(hidden, position_ids=position_ids)
 
 
 # -- the verification forward ---------------------------------------------------------------
@@ -221,3 +229,71 @@ def verify_forward(model, cache, node_tokens: torch.Tensor, node_allow: torch.Te
     n = node_tokens.numel()
     normed = final_norm(model, hidden[0])
     return Verified(normed[:n], normed[n:], captured)
+
+
+# -- states and keys/values of single layers ---------------------------------------------------
+def layer_states(model, ids: torch.Tensor, depths: Sequence[int]) -> dict[int, torch.Tensor]:
+    """Raw (un-normed) residual states after the first ``depth`` layers, for each depth asked.
+
+    Args:
+        ids: ``[B, T]`` token ids (right padding is harmless: real positions never see it).
+        depths: layer counts in ``0..d`` (0: the embeddings; ``d``: the last layer's output,
+            before the final norm).
+    Returns:
+        ``{depth: [B, T, H]}``. No cache is written; run under ``no_grad`` for a frozen trunk.
+    """
+    d = num_layers(model)
+    want = sorted(set(depths))
+    if not want or want[0] < 0 or want[-1] > d:
+        raise UserError(f"layer depths {list(depths)} are out of range; valid: 0..{d}")
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
+    hidden, out, at = embed(model, ids), {}, 0
+    for depth in want:
+        if depth > at:
+            hidden = run_layers(model, hidden, None, at, depth, pos)
+            at = depth
+        out[depth] = hidden
+    return out
+
+
+def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor,
+             position_embeddings=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values decoder layer ``layer`` caches for input states ``hidden``, without
+    running its attention or MLP (CALM's state propagation: a skipped layer's cache entry
+    computed from the exited state).
+
+    Args:
+        hidden: ``[1, q, H]`` the layer's input (raw residual stream).
+        position_ids: ``[1, q]`` absolute positions (rotary embeddings).
+        position_embeddings: their rotary ``(cos, sin)`` (:func:`rotary`); computed if None.
+    Returns:
+        ``([1, kvh, q, hd] keys, [1, kvh, q, hd] values)``, rotated, as the layer's own
+        forward hands them to ``cache.update`` (LLaMA-style layers: input norm, k/v
+        projections, optional per-head ``k_norm``, rotary embeddings).
+    """
+    import sys
+
+    m = _backbone(model)
+    block = m.layers[layer]
+    attn = block.self_attn
+    x = block.input_layernorm(hidden)
+    shape = (*x.shape[:-1], -1, attn.head_dim)
+    k = attn.k_proj(x).view(shape)
+    if getattr(attn, "k_norm", None) is not None:
+        k = attn.k_norm(k)
+    k = k.transpose(1, 2)
+    v = attn.v_proj(x).view(shape).transpose(1, 2)
+    cos, sin = rotary(model, hidden, position_ids) if position_embeddings is None else position_embeddings
+    rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb  # the model's own rotary code
+    k, _ = rotate(k, k, cos, sin)
+    return k, v
+
+
+def append_layer_kv(model, cache, layers: Sequence[int], hidden: torch.Tensor, position_ids: torch.Tensor,
+                    position_embeddings=None) -> None:
+    """Append to ``cache``, at each of ``layers``, the keys/values of input ``hidden``
+    (:func:`layer_kv`): those layers now hold the positions as if ``hidden`` had entered each."""
+    pe = rotary(model, hidden, position_ids) if position_embeddings is None else position_embeddings
+    for i in layers:
+        k, v = layer_kv(model, i, hidden, position_ids, pe)
+        cache.update(k, v, i)

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .decoders.base import Option
-from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk
+from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
 from .errors import UserError, check_range, cli_main
 from .teacher import TeacherData
 from .records import read_jsonl, write_json, write_jsonl
@@ -336,7 +336,7 @@ class Medusa(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {**super().options(), "heads": Option(None, (str, Path)),
-                "tree": Option(63, (int, str, Path), check=_check_tree)}
+                "tree": tree_option(63, sizes=TREE_SIZES)}
 
     @classmethod
     def test_configs(cls, model, workdir):
@@ -371,12 +371,6 @@ class Medusa(TreeDecoder):
 
     def make_proposer(self, input_ids):
         return MedusaProposer(self.heads, self.tree)
-
-
-def _check_tree(value) -> None:
-    if isinstance(value, int) and value not in TREE_SIZES:
-        raise UserError(f"tree={value} is not a stored tree size; valid: {', '.join(map(str, TREE_SIZES))} "
-                        "or a tree JSON file")
 
 
 def _main(argv=None) -> None:

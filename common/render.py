@@ -9,6 +9,7 @@ paper's reported numbers beside ours.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -56,6 +57,22 @@ class Render:
         """Every record of the declared JSONL inputs named ``<prefix>*.jsonl``, and their paths."""
         paths = [p for p in self.inputs if Path(p).name.startswith(prefix) and p.endswith(".jsonl")]
         return [r for p in paths for r in read_jsonl(p)], paths
+
+    def runs(self, prefix: str = "bench_") -> dict[str, list[dict]]:
+        """The records of each declared ``<prefix><name>.jsonl`` input, by ``name`` (one
+        benchmark run per dataset, one training curve per variant)."""
+        return {Path(p).name.removeprefix(prefix).removesuffix(".jsonl"): read_jsonl(p)
+                for p in self.inputs if Path(p).name.startswith(prefix) and p.endswith(".jsonl")}
+
+    def find(self, suffix: str, required: bool = True):
+        """The declared input whose path ends with ``suffix``, read (JSON or JSONL); None when
+        it is optional and not declared (a component this profile does not train)."""
+        hits = [p for p in self.inputs if p.endswith(suffix)]
+        if not hits:
+            if required:
+                raise FileNotFoundError(f"no input ending with {suffix} among {self.artifact_id}'s {self.inputs}")
+            return None
+        return read_jsonl(hits[0]) if hits[0].endswith(".jsonl") else json.loads(Path(hits[0]).read_text())
 
     def save_table(self, df: pd.DataFrame, meta: dict, floatfmt: str = ".3f") -> None:
         """Stage ``tables/<id>.{md,csv}`` (published by :meth:`publish`) and print the markdown."""

@@ -9,6 +9,7 @@ text starts after them.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -55,8 +56,18 @@ def build_corpus(model, tokenizer, n_prompts: int, max_new_tokens: int, max_prom
     return out
 
 
+def cache_key(**kw) -> dict:
+    """:func:`build_corpus`'s settings as a cache key: only those that differ from its defaults
+    (``None`` meaning the default), so every caller names one corpus by one key."""
+    defaults = {k: p.default for k, p in inspect.signature(build_corpus).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {k: v for k, v in kw.items() if v is not None and (k not in defaults or v != defaults[k])}
+
+
 def load_or_build(path: Path, model, tokenizer, **kw) -> list[dict]:
-    """Cache the corpus in ``path`` (git-ignored): it is costly and shared by several trainers."""
+    """Cache the corpus in ``path`` (git-ignored): it is costly and shared by several trainers.
+    ``kw``: :func:`build_corpus`'s settings (defaults and ``None`` do not enter the key)."""
+    kw = cache_key(**kw)
     path = Path(path)
     if path.is_file():
         data = torch.load(path)
@@ -71,6 +82,7 @@ def load_or_build(path: Path, model, tokenizer, **kw) -> list[dict]:
 def _main(argv=None) -> None:
     import argparse
 
+    from .checks import check_device
     from .models import load_model
 
     ap = argparse.ArgumentParser(description="build the self-distillation corpus (base model's greedy answers)")
@@ -81,15 +93,13 @@ def _main(argv=None) -> None:
     ap.add_argument("--skip", type=int, default=0, help="answer the prompts after the first SKIP (held out)")
     ap.add_argument("--max-prompt-tokens", type=int, default=None, help="cut prompts to their last N tokens")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="where the model generates (cpu, cuda, cuda:N)")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model)
-    # only non-default settings enter the cache key, so the held-out corpus keeps its key
-    kw = {"skip": a.skip} if a.skip else {}
-    if a.max_prompt_tokens is not None:
-        kw["max_prompt_tokens"] = a.max_prompt_tokens
-    corpus = load_or_build(a.out, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens, **kw)
+    model, tok = load_model(a.model, device=str(check_device(a.device)))
+    corpus = load_or_build(a.out, model, tok, n_prompts=a.prompts, max_new_tokens=a.answer_tokens, skip=a.skip,
+                           max_prompt_tokens=a.max_prompt_tokens)
     print(f"{len(corpus)} sequences, {sum(len(c['ids']) - c['start'] for c in corpus)} answer tokens -> {a.out}")
 
 

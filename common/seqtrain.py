@@ -90,9 +90,8 @@ def from_args(a, model, tokenizer) -> dict:
     check_range("--prompts", a.prompts, 1)
     held = selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
                                      max_new_tokens=a.answer_tokens)
-    skip = {"skip": a.heldout_prompts} if a.heldout_prompts else {}  # the key the seq_corpus rule's CLI gives it
     train = selfdistill.load_or_build(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,
-                                      max_prompt_tokens=a.max_prompt_tokens, **skip)
+                                      max_prompt_tokens=a.max_prompt_tokens, skip=a.heldout_prompts)
     dev = model.device
 
     def seqs(corpus):

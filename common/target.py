@@ -48,6 +48,10 @@ class Target:
     """A model and the cache of the one sequence it decodes (reset by :meth:`start`)."""
 
     kind = "base"
+    # Set to a list to log every forward as ``[cached positions before it, new positions]``
+    # (analytic FLOP and memory counts); None (the default, also for subclasses that skip
+    # this __init__) logs nothing.
+    calls: list[list[int]] | None = None
 
     def __init__(self, model):
         self.model = model
@@ -56,6 +60,9 @@ class Target:
         self.forwards, self.forward_s = 0, 0.0  # model forwards and their wall time, this sequence
 
     def _timed(self, fn, *args):
+        if self.calls is not None:
+            # args[0]: the ``[1, q]`` ids of a forward or the ``[q]`` nodes of a verification
+            self.calls.append([self.length, int(args[0].shape[-1])])
         t0 = time.perf_counter()
         out = fn(*args)
         self.forwards, self.forward_s = self.forwards + 1, self.forward_s + time.perf_counter() - t0
@@ -82,6 +89,8 @@ class Target:
         """
         self.begin(prompt)
         self.forwards, self.forward_s = 0, 0.0
+        if self.calls is not None:
+            self.calls = []
         logits, hidden = self._timed(self._forward, self.sequence([]), 1, want_hidden)
         return logits[-1], hidden
 

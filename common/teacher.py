@@ -186,33 +186,35 @@ def from_args(a, model, tokenizer) -> dict:
                          a.sequences, a.max_len, a.max_prompt_tokens, a.topk)
 
 
-def provenance(model_name: str) -> dict:
+def provenance(model_name: str, device: str = "cpu") -> dict:
     """What a stats file says about where it was made (read by the components notebook)."""
     from .hardware import code_version, describe
 
-    return {"model": model_name, "hardware": describe("cpu"), "code_version": code_version()}
+    return {"model": model_name, "hardware": describe(device), "code_version": code_version()}
 
 
 def _main(argv=None) -> None:
     import argparse
     import json
 
+    from .checks import check_device
     from .models import load_model
 
     ap = argparse.ArgumentParser(description="build the teacher cache (one teacher-forced pass of the base model)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="where the teacher pass runs (cpu, cuda, cuda:N)")
     ap.add_argument("--stats-out", type=Path, default=None, help="sizes and wall times (JSON)")
     add_args(ap)
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model)
+    model, tok = load_model(a.model, device=str(check_device(a.device)))
     data = from_args(a, model, tok)
     stats = {"key": data["key"], "wall_s": data["wall_s"], "train_sequences": len(data["train"]),
              "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
-             "threads": torch.get_num_threads(), **provenance(a.model)}
+             "threads": torch.get_num_threads(), **provenance(a.model, a.device)}
     if a.stats_out:
         from .records import write_json
         write_json(a.stats_out, stats)

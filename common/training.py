@@ -203,6 +203,29 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     return log
 
 
+def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConfig, started: float,
+                curve_path: Path | None = None) -> dict:
+    """After :func:`train` on the teacher cache: the statistics every such component reports
+    (wall times, why it stopped, first and last loss, the held-out metrics untrained and at the
+    end, the stopping rule and optimizer config); the curve is copied to ``curve_path``.
+
+    Args:
+        log: :func:`train`'s per-step log.
+        started: ``time.perf_counter()`` when this session began.
+    """
+    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+    curve = state["curve"]
+    if curve_path is not None:
+        write_jsonl(curve_path, curve)
+
+    def heldout(row: dict) -> dict:
+        return {k: v for k, v in row.items() if k.startswith("heldout")}
+    return {"train_wall_s": time.perf_counter() - started, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
+            "steps": state["step"], "first_loss": log[0]["loss"] if log else None,
+            "final_loss": log[-1]["loss"] if log else None, "untrained": heldout(curve[0]), "final": heldout(curve[-1]),
+            "stopping": asdict(stop), "config": asdict(cfg)}
+
+
 def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: list[list[float]], out: Path,
                          curve_path: Path | None, started: float, **fields) -> dict:
     """After :func:`train`: store ``acc`` (the final held-out top-k accuracy per distance, what
@@ -250,6 +273,7 @@ def add_train_args(ap, lr: float, batch_size: int, eval_every: int, max_epochs: 
     ap.add_argument("--min-delta", type=float, default=0.005, help="flattening tolerance on the watched metric")
     ap.add_argument("--wall-budget", type=float, default=None, help="seconds of training (and evaluation)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="where the frozen model and the component train (cpu, cuda, cuda:N)")
     ap.add_argument("--seed", type=int, default=0)
 
 
@@ -267,7 +291,7 @@ def train_setup(a, warmup_frac: float = 0.02, schedule: str = "linear"):
 
 def component_main(description: str, add_component_args, train_fn, data, argv=None, lr: float = 1e-3,
                    batch_size: int = 4, eval_every: int = 50, warmup_frac: float = 0.02,
-                   schedule: str = "linear") -> None:
+                   schedule: str = "linear", check_args=None, check_model=None) -> None:
     """The one command line of trained components: common flags, the frozen model, its
     training data, early stopping, stats out.
 
@@ -277,9 +301,14 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
         data: ``(add_args, from_args)`` of the data source: :mod:`common.teacher`'s cache
             (components read off final hidden states) or :mod:`common.seqtrain`'s greedy
             sequences (components that run inside the forward).
+        check_args: ``(args) -> None`` validates the component's own flags before anything is
+            loaded (a bad value fails in a second, not after the corpus is built).
+        check_model: ``(args, model) -> None`` validates them against the loaded model, still
+            before the training data is built.
     """
     import argparse
 
+    from .checks import check_device
     from .models import load_model
     from .teacher import provenance
 
@@ -290,11 +319,16 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     add_component_args(ap)
     a = ap.parse_args(argv)
     cfg, stop = train_setup(a, warmup_frac, schedule)
-    model, tok = load_model(a.model)
+    device = str(check_device(a.device))
+    if check_args:
+        check_args(a)
+    model, tok = load_model(a.model, device=device)
     for p in model.parameters():
         p.requires_grad_(False)
+    if check_model:
+        check_model(a, model)
     stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
-    stats.update(provenance(a.model))
+    stats.update(provenance(a.model, device))
     if a.stats_out:
         write_json(a.stats_out, stats)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))

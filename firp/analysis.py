@@ -58,12 +58,13 @@ def _main(argv=None) -> None:
     import argparse
 
     from common import selfdistill
+    from common.checks import check_device
     from common.hardware import code_version, describe
     from common.models import load_model
     from common.records import JsonlWriter
     from common.training import read_trained
 
-    from .decoding import maps_meta, new_maps
+    from .decoding import new_maps, trained_meta
 
     ap = argparse.ArgumentParser(description="FIRP: cosine similarity of pseudo states to the real states, per layer")
     ap.add_argument("--model", required=True)
@@ -72,22 +73,23 @@ def _main(argv=None) -> None:
     ap.add_argument("--heldout-prompts", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model)
+    model, tok = load_model(a.model, device=str(check_device(a.device)))
     state = read_trained(a.maps / "maps.pt", hint="train it first (python -m firp.train)")
     meta = state["identity"]["meta"]
-    if {k: v for k, v in meta.items() if k != "mask_earlier"} != maps_meta(model, meta.get("layers", [])):
+    if meta != trained_meta(model, meta):
         raise UserError(f"maps at {a.maps} were trained for {meta}, not for {a.model}")
     corpus = selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
                                        max_new_tokens=a.answer_tokens)
-    seqs = [(torch.tensor(c["ids"]), int(c["start"])) for c in corpus]
+    seqs = [(torch.tensor(c["ids"], device=model.device), int(c["start"])) for c in corpus]
     mask_earlier = bool(meta.get("mask_earlier", False))
     trained = new_maps(model, meta["layers"])
     trained.load_state_dict(state["module"])
-    prov = {"model": a.model, "hardware": describe("cpu"), "code_version": code_version(), "maps": str(a.maps),
+    prov = {"model": a.model, "hardware": describe(a.device), "code_version": code_version(), "maps": str(a.maps),
             "layers": meta["layers"], "mask_earlier": mask_earlier}
     with JsonlWriter(a.out) as w:
         for name, maps in (("trained", trained), ("identity", new_maps(model, meta["layers"]))):

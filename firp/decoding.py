@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from common.decoders.base import Option
-from common.decoders.tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, candidates_from_topk
+from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepResult, TreeDecoder,
+                                       candidates_from_topk, tree_option)
 from common.errors import UserError
 from common.forward import Injection, num_layers
 from common.training import fingerprint, load_trained, save_trained
@@ -30,6 +31,13 @@ from .maps import FirpMaps
 
 def maps_meta(model, layers: list[int]) -> dict:
     return {**fingerprint(model), "layers": list(layers)}
+
+
+def trained_meta(model, meta: dict) -> dict:
+    """The meta a checkpoint's maps must carry to belong to ``model`` (``meta``: the stored
+    one; its ``mask_earlier`` says how the maps were trained (Figure 7), not which model)."""
+    return {**maps_meta(model, list(meta.get("layers", []))),
+            **({"mask_earlier": meta["mask_earlier"]} if "mask_earlier" in meta else {})}
 
 
 def new_maps(model, layers: list[int]) -> FirpMaps:
@@ -96,11 +104,6 @@ class FirpProposer(Proposer):
         self.guesses = logits.topk(self.width, dim=-1).indices
 
 
-def _check_tree(value) -> None:
-    if isinstance(value, int) and not 1 <= value <= 256:
-        raise UserError(f"tree={value} is out of range; valid: 1..256 nodes (16, 32, 63 as in the paper), or a tree file")
-
-
 class Firp(TreeDecoder):
     """Decoder ``firp``: maps from ``maps`` (a folder written by the training, ``maps.pt``),
     tree ``tree`` (nodes, the best static tree for the checkpoint's measured step accuracies,
@@ -112,7 +115,7 @@ class Firp(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {**super().options(), "maps": Option(None, (str, Path)),
-                "tree": Option(16, (int, str, Path), check=_check_tree),
+                "tree": tree_option(16, 1, 256, "nodes (16, 32, 63 as in the paper)"),
                 # None: as the maps were trained (their checkpoint says; unmasked if it does not)
                 "mask_earlier": Option(None, (bool,))}
 
@@ -135,10 +138,8 @@ class Firp(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        def meta_for(meta):  # mask_earlier: how the maps were trained (Figure 7), not the base model
-            return {**maps_meta(model, list(meta.get("layers", []))),
-                    **({"mask_earlier": meta["mask_earlier"]} if "mask_earlier" in meta else {})}
-        _, state = self.trained_component("maps", "maps.pt", "python -m firp.train", meta_for)
+        _, state = self.trained_component("maps", "maps.pt", "python -m firp.train",
+                                          lambda meta: trained_meta(model, meta))
         meta = state["identity"]["meta"]
         self.maps = new_maps(model, meta["layers"])
         self.mask_earlier = bool(meta.get("mask_earlier", False) if self.cfg["mask_earlier"] is None

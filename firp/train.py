@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from common.cache import crop_to
-from common.errors import check_range, cli_main
+from common.errors import UserError, check_range, cli_main
 from common.forward import final_norm, num_layers, run_layers
 from common.seqtrain import cuts_loss, teacher_forward
 
@@ -101,6 +101,22 @@ def step_accuracy(model, maps: FirpMaps, seqs: list[torch.Tensor], starts: list[
     return (hits / max(total, 1)).tolist()
 
 
+def check_options(anchors: int, eval_seqs: int) -> None:
+    """The trainer's own settings (the entry point checks them before loading anything)."""
+    check_range("--anchors", anchors, 1)
+    check_range("--eval-seqs", eval_seqs, 1)
+
+
+def parse_layers(text: str | None) -> list[int] | None:
+    """``--layers "14,19,23"`` -> ``[14, 19, 23]`` (None: the default layers)."""
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--layers {text!r} is not a comma-separated list of integers, e.g. 14,19,23") from None
+
+
 def make_loss(model, seqs: list[tuple[torch.Tensor, int]], anchors: int, mask_earlier: bool):
     """``(maps, batch of sequence indices) -> loss``: Eq. 4 over ``anchors`` random anchors of each."""
     return cuts_loss(seqs, anchors, lambda maps: maps.steps + 1,
@@ -114,8 +130,7 @@ def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], ancho
 
     from .decoding import maps_meta, new_maps
 
-    check_range("--anchors", anchors, 1)
-    check_range("--eval-seqs", eval_seqs, 1)
+    check_options(anchors, eval_seqs)
     maps = new_maps(model, layers)
     held = data["heldout"]
     curve_seqs, curve_starts = [s for s, _ in held[:eval_seqs]], [t for _, t in held[:eval_seqs]]
@@ -140,7 +155,7 @@ def _main(argv=None) -> None:
     from common import seqtrain
     from common.training import component_main
 
-    from .decoding import default_layers
+    from .decoding import default_layers, new_maps
 
     def add_args(ap):
         ap.add_argument("--layers", default=None,
@@ -150,21 +165,23 @@ def _main(argv=None) -> None:
         ap.add_argument("--mask-earlier", action="store_true", help="step i does not see steps < i (Figure 7)")
         ap.add_argument("--eval-seqs", type=int, default=16, help="held-out sequences per curve point")
 
+    def check_args(a):
+        check_options(a.anchors, a.eval_seqs)
+        check_range("--steps-k", a.steps_k, 1)
+        a.layers = parse_layers(a.layers)
+
+    def check_model(a, model):
+        a.layers = a.layers or default_layers(model, a.steps_k)
+        new_maps(model, a.layers)  # refuses layers the model does not have, before the corpus is built
+
     def run(a, model, tok, data, cfg, stop):
-        from common.errors import UserError
-        if a.layers:
-            try:
-                layers = [int(x) for x in a.layers.split(",")]
-            except ValueError:
-                raise UserError(f"--layers {a.layers!r} is not a comma-separated list of integers") from None
-        else:
-            layers = default_layers(model, a.steps_k)
-        stats = train_maps(model, data, a.out, cfg, stop, layers, a.anchors, a.mask_earlier, a.eval_seqs, a.curve_out)
+        stats = train_maps(model, data, a.out, cfg, stop, a.layers, a.anchors, a.mask_earlier, a.eval_seqs, a.curve_out)
         print("held-out top-1 per step:", [round(x, 3) for x in stats["heldout_top1"]])
         return stats
 
     component_main("train FIRP's maps on the model's own greedy answers", add_args, run,
-                   (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-3, batch_size=1, eval_every=50)
+                   (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-3, batch_size=1, eval_every=50,
+                   check_args=check_args, check_model=check_model)
 
 
 if __name__ == "__main__":

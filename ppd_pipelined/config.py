@@ -65,14 +65,22 @@ class HeadsConfig(TrainConfig):
     profiles set them; the paper's are in the ``paper`` profile)."""
     dataset: str = "sharegpt"
     sequences: int = 64        # training conversations (first human turn + gpt reply)
-    holdout: int = 8           # held-out conversations for the before/after check
+    holdout: int = 8           # held-out conversations (the learning curve, the before/after check)
     max_len: int = 256         # tokens per sequence (paper: 2048)
+    # Early stopping (common.training.Stopping) on the held-out match with the final layer;
+    # eval_every None: train every epoch without a curve (the paper's fixed 3 epochs).
+    eval_every: int | None = None
+    patience: int = 3
+    min_delta: float = 0.005
+    wall_budget_s: float | None = None
 
     def __post_init__(self):
         super().__post_init__()
         check_range("heads.sequences", self.sequences, 1)
         check_range("heads.holdout", self.holdout, 1)
         check_range("heads.max_len", self.max_len, 8)
+        if self.eval_every is not None:
+            check_range("heads.eval_every", self.eval_every, 1)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,14 @@ Choices the paper leaves open, made here and recorded in the checkpoint:
 * one frozen forward per sequence (``output_hidden_states=True``) feeds every layer's head.
 
 Training runs through :func:`common.training.train` (seeded, tqdm, checkpoint every N steps
-and at the end, resumable to the same result). Outputs:
+and at the end, resumable to the same result). With ``eval_every`` set it stops early when the
+held-out learning curve flattens (or at ``wall_budget_s``): the watched metric is the mean over
+layers of the held-out top-1 match with the final layer, the quantity Table 2's "Y" rows report
+(the loss itself is next-token cross-entropy on the data, as in the paper). Outputs:
 
     python -m ppd_pipelined.heads --model smollm2-135m-instruct --layers 8,15,23,26,28 \
         --out .cache/ppd_pipelined/embedded --log results/ppd_pipelined/raw/heads_train.jsonl \
-        --meta-out results/ppd_pipelined/raw/heads_meta.json [--lr 2e-5 --epochs 3 ...]
+        --meta-out results/ppd_pipelined/raw/heads_meta.json [--curve-out heads_curve.jsonl]
 
 ``<out>/heads.pt`` (training checkpoint: all heads, optimizer, config), ``<out>/head_l<l>.pt``
 (one ``nn.Linear`` state dict per layer, the decoder's ``head=`` option), the per-step loss
@@ -46,7 +49,7 @@ from common.errors import UserError, cli_main
 from common.forward import num_layers
 from common.hardware import describe
 from common.prompts import encode_prompt
-from common.training import TrainConfig, fingerprint, load_trained, read_trained, train
+from common.training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, train
 
 from .config import HeadsConfig, check_probed_layers
 
@@ -158,6 +161,23 @@ def train_config(cfg: HeadsConfig) -> TrainConfig:
     return TrainConfig(**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)})
 
 
+def curve_point(ev: dict) -> dict:
+    """A learning-curve point from :func:`evaluate`: per-layer lists (in ``layers`` order) and
+    ``heldout_match``, the watched mean over layers of the match with the final layer."""
+    layers = [k for k in ev if k != "tokens"]
+    match = [ev[k]["match_final"] for k in layers]
+    return {"heldout_match": sum(match) / len(match), "heldout_match_by_layer": match,
+            "heldout_acc": [ev[k]["acc"] for k in layers], "heldout_loss": [ev[k]["loss"] for k in layers]}
+
+
+def stopping(cfg: HeadsConfig) -> Stopping | None:
+    """Early stopping of the recipe (None: train every epoch)."""
+    if cfg.eval_every is None:
+        return None
+    return Stopping(eval_every=cfg.eval_every, patience=cfg.patience, min_delta=cfg.min_delta,
+                    metric="heldout_match", wall_budget_s=cfg.wall_budget_s)
+
+
 def identity_meta(model, layers, cfg: HeadsConfig, n_excluded: int) -> dict:
     return {"model": fingerprint(model), "layers": [int(l) for l in layers], "init": INIT,
             "dataset": cfg.dataset, "sequences": cfg.sequences, "holdout": cfg.holdout, "max_len": cfg.max_len,
@@ -166,10 +186,11 @@ def identity_meta(model, layers, cfg: HeadsConfig, n_excluded: int) -> dict:
 
 def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_path: Path | None = None,
                 exclude: set[str] = frozenset(), sequences: tuple[list, list] | None = None,
-                evaluate_holdout: bool = True) -> dict:
+                evaluate_holdout: bool = True, curve_path: Path | None = None) -> dict:
     """Train one head per layer; resume from ``out_dir/heads.pt``; returns the run's summary.
 
     ``sequences``: ``(train, holdout)`` token sequences to use instead of :func:`build_sequences`.
+    ``curve_path``: the held-out learning curve (JSONL; with ``cfg.eval_every``).
     """
     model.requires_grad_(False)
     heads = new_heads(model, layers)
@@ -178,9 +199,13 @@ def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_p
     out_dir = Path(out_dir)
     before = evaluate(model, heads, holdout) if evaluate_holdout else None
     t0 = time.perf_counter()
+    stop = stopping(cfg)
     log = train(heads, train_seqs, lambda mod, batch: heads_loss(model, mod, batch), train_config(cfg),
-                out_dir / "heads.pt", log_path=log_path, meta=meta, desc="ppd heads")
+                out_dir / "heads.pt", log_path=log_path, meta=meta, desc="ppd heads",
+                evaluate=(lambda h: curve_point(evaluate(model, h, holdout))) if stop else None, stop=stop,
+                curve_path=curve_path)
     wall = time.perf_counter() - t0
+    state = read_trained(out_dir / "heads.pt")
     after = evaluate(model, heads, holdout) if evaluate_holdout else None
     for l, h in zip(heads.layers, heads.heads):  # the decoder's head= format: one Linear state dict
         tmp = out_dir / f"head_l{l}.pt.partial"
@@ -188,7 +213,8 @@ def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_p
         os.replace(tmp, out_dir / f"head_l{l}.pt")
     return {"config": asdict(cfg), "train_config": asdict(train_config(cfg)), "meta": meta,
             "steps": len(log), "train_tokens": sum(len(s["ids"]) - s["start"] for s in train_seqs),
-            "train_wall_s": wall, "final_loss": log[-1]["loss"] if log else None,
+            "train_wall_s": state["wall_s"], "session_wall_s": wall, "stopped": state["stopped"],
+            "final_loss": log[-1]["loss"] if log else None,
             "holdout_before": before, "holdout_after": after, "checkpoint": str(out_dir / "heads.pt")}
 
 
@@ -210,6 +236,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, required=True, help="folder for heads.pt and head_l<l>.pt")
     ap.add_argument("--log", type=Path, required=True, help="per-step loss JSONL")
     ap.add_argument("--meta-out", type=Path, required=True, help="JSON: config used, wall time, held-out check")
+    ap.add_argument("--curve-out", type=Path, default=None, help="held-out learning curve JSONL (with eval_every)")
     ap.add_argument("--exclude-datasets", default="", help="comma-separated evaluation sets kept out of training")
     ap.add_argument("--config", default="{}", help="JSON of HeadsConfig fields")
     ap.add_argument("--dtype", default="float32")
@@ -228,7 +255,7 @@ def main(argv=None) -> None:
     from common.models import load_model
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
     exclude = excluded_ids([d for d in a.exclude_datasets.split(",") if d])
-    summary = train_heads(model, tok, layers, cfg, a.out, a.log, exclude)
+    summary = train_heads(model, tok, layers, cfg, a.out, a.log, exclude, curve_path=a.curve_out)
     summary |= {"model_name": a.model, "profile": a.profile, "device": describe(a.device), "dtype": a.dtype}
     a.meta_out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.meta_out.with_name(a.meta_out.name + ".partial")

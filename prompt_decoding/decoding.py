@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 from common.decoders.base import Option
-from common.decoders.tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, candidates_from_topk
+from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepResult, TreeDecoder,
+                                       candidates_from_topk, tree_option)
 from common.errors import UserError
 from common.forward import Injection
 from common.training import fingerprint, load_trained, save_trained
@@ -49,11 +50,12 @@ def prompts_meta(model, m: int, n: int, mask: str) -> dict:
     return {**fingerprint(model), "m": m, "n": n, "mask": mask}
 
 
-def new_prompts(model, m: int = 3, n: int = 1, mask: str = "ensemble", seed: int = 0) -> PromptTokens:
+def new_prompts(model, m: int = 3, n: int = 1, mask: str = "ensemble", seed: int = 0,
+                init: torch.Tensor | None = None) -> PromptTokens:
     """Untrained prompt tokens for ``model``, on its device and dtype (made on the CPU with a
-    seeded generator first, whatever the default device)."""
+    seeded generator first, whatever the default device); ``init``: see :class:`PromptTokens`."""
     with torch.device("cpu"):
-        p = PromptTokens(model.config.hidden_size, m, n, mask, seed=seed)
+        p = PromptTokens(model.config.hidden_size, m, n, mask, init=None if init is None else init.cpu(), seed=seed)
     return p.to(model.device, model.dtype)
 
 
@@ -136,11 +138,6 @@ class PromptProposer(Proposer):
         return {"prompt_head_rows": self.head_rows}
 
 
-def _check_tree(value) -> None:
-    if isinstance(value, int) and not 2 <= value <= 512:
-        raise UserError(f"tree={value} is out of range; valid: 2..512 verified positions, or a tree file")
-
-
 SHAPES = ("dynamic", "static")
 
 
@@ -157,7 +154,7 @@ class PromptDecoding(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {**super().options(), "prompt_tokens": Option(None, (str, Path)),
-                "tree": Option(24, (int, str, Path), check=_check_tree),
+                "tree": tree_option(24, 2, 512, "verified positions"),
                 "shape": Option("dynamic", (str,), choices=SHAPES)}
 
     @classmethod

@@ -115,6 +115,14 @@ def text_init(model, tokenizer, text: str) -> torch.Tensor:
         return model.get_input_embeddings()(torch.tensor(ids, device=model.device)).float().cpu()
 
 
+def check_options(m: int, n: int, cuts: int, eval_seqs: int) -> None:
+    """The trainer's own settings (the entry point checks them before loading anything)."""
+    check_range("--m", m, 1, 16)
+    check_range("--n", n, 1, 512)
+    check_range("--cuts", cuts, 1)
+    check_range("--eval-seqs", eval_seqs, 1)
+
+
 def make_loss(model, seqs: list[tuple[torch.Tensor, int]], cuts: int, distill: bool):
     """``(prompts, batch of sequence indices) -> loss``: eq. 1 over ``cuts`` random cuts of each."""
     return cuts_loss(seqs, cuts, lambda prompts: prompts.m + 1,
@@ -136,12 +144,8 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
 
     from .decoding import new_prompts, prompts_meta
 
-    check_range("--cuts", cuts, 1)
-    check_range("--eval-seqs", eval_seqs, 1)
-    prompts = new_prompts(model, m, n, mask, seed=cfg.seed)
-    with torch.no_grad():
-        init = text_init(model, tokenizer, init_text).to(prompts.embeddings)
-        prompts.embeddings.add_(init[torch.arange(m * n) % init.shape[0]].view(m, n, -1))
+    check_options(m, n, cuts, eval_seqs)
+    prompts = new_prompts(model, m, n, mask, seed=cfg.seed, init=text_init(model, tokenizer, init_text))
     seqs = data["train"] if distill else text_seqs
     held = data["heldout"]
     curve_seqs, curve_starts = [s for s, _ in held[:eval_seqs]], [t for _, t in held[:eval_seqs]]
@@ -177,8 +181,6 @@ def _main(argv=None) -> None:
         ap.add_argument("--eval-seqs", type=int, default=16, help="held-out sequences per curve point")
 
     def run(a, model, tok, data, cfg, stop):
-        check_range("--m", a.m, 1, 16)
-        check_range("--n", a.n, 1, 512)
         text = None
         if a.no_distill:
             text = [(torch.tensor(s["ids"], device=model.device), s["start"]) for s in
@@ -191,7 +193,8 @@ def _main(argv=None) -> None:
 
     component_main("train prompt tokens (parallel prompt decoding) on the model's own greedy answers", add_args,
                    run, (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-2, batch_size=1, eval_every=50,
-                   warmup_frac=0.0, schedule="cosine")
+                   warmup_frac=0.0, schedule="cosine",
+                   check_args=lambda a: check_options(a.m, a.n, a.cuts, a.eval_seqs))
 
 
 if __name__ == "__main__":

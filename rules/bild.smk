@@ -1,19 +1,23 @@
 # Big Little Decoder: small models (embedded: the large model's first layers, trained unaligned on
 # ShareGPT references and aligned on the large model's own greedy outputs) -> one sweep per task
 # and variant (vanilla beside bild at every (alpha_FB, alpha_RB) of the task's grid, interleaved
-# per prompt, with decoded text and references for the quality metrics). Raw JSONL under
-# <root>/bild/raw/; the small models in the git-ignored cache.
-from bild.config import VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
+# per prompt, with decoded text and references for the quality metrics), and one oracle study per
+# task and variant (Figure 2). Early exit (Figure 6) and CALM (Figure 7): one model per exit loss
+# (a shared exit head on the frozen model) -> one sweep per early-exit task and loss (the trained
+# model's vanilla beside bild with exit_layer, or calm). Raw JSONL under <root>/bild/raw/; the
+# small and exit models in the git-ignored cache.
+from bild.config import EXIT_LOSSES as BILD_EXIT_LOSSES, VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
 from bild.workflow import RuleParams as BildParams
 
 BILD = bild_from_profile(P)
-BILDR = BildParams(BILD, f".cache/components/{P.name}")
+BILDR = BildParams(BILD, f".cache/components/{P.name}", P.model)
 BILD_RAW = f"{ROOT}/bild/raw"
 
 
 wildcard_constraints:
     variant="|".join(BILD_VARIANTS),
     btask="|".join(BILD.tasks),
+    exitloss="|".join(BILD_EXIT_LOSSES),
 
 
 # The small models come from the draft family's trainer (common.draft) on the shared teacher cache,
@@ -37,7 +41,7 @@ rule bild_small:
         " --heldout-corpus {input.corpus} {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
         " --out .cache/components/{params.p.name}/bild_small_{wildcards.variant} --stats-out {output.stats}"
         " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
-        " --threads {params.p.threads} > {log} 2>&1"
+        " --device {params.p.device} --threads {params.p.threads} > {log} 2>&1"
 
 
 rule bild_sweep:
@@ -71,3 +75,67 @@ rule bild_models:
     params: env=ENV, py=PY, p=P
     shell:
         "{params.env} {params.py} -m bild.models --profile {params.p.name} --out {output} > {log} 2>&1"
+
+
+# Figure 2's oracle study: the small model decodes, the large model's token replaces its own where
+# p_L(small token) is below each threshold (both models alone included), on the sweep's first prompts.
+rule bild_oracle:
+    input: bild_sweep_inputs
+    output: f"{BILD_RAW}/oracle_{{btask}}_{{variant}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_oracle_{{btask}}_{{variant}}.log"
+    benchmark: f"{BENCH}/bild_oracle_{{btask}}_{{variant}}.tsv"
+    threads: rule_threads("bild_oracle")
+    resources: **rule_resources("bild_oracle")
+    params:
+        env=ENV, py=PY, p=P, b=BILD, large=BILDR.large, small=BILDR.small, t=BILDR.task,
+        thr=BILDR.oracle_thresholds, n=BILDR.oracle_n,
+    shell:
+        "{params.env} {params.py} -m bild.oracle --large {params.large} --small {params.small}"
+        " --dataset {params.t.dataset} --n {params.n} --template {params.t.template}"
+        " --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left"
+        " --thresholds {params.thr} --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
+        " --profile {params.p.name} --out {output} > {log} 2>&1"
+# Figures 6 and 7: the shared exit head of each loss (bild: (L_k + L_d)/2, calm: sum_i i/sum_j j L_i),
+# trained on the frozen model (bild.exits) and saved with it as the sweeps' large model.
+rule bild_exit_train:
+    input: unpack(bild_exit_inputs)
+    output:
+        model=f".cache/components/{P.name}/bild_exit_{{exitloss}}/model/config.json",
+        stats=f"{BILD_RAW}/exit_{{exitloss}}_stats.json",
+        curve=f"{BILD_RAW}/exit_{{exitloss}}_curve.jsonl",
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_exit_train_{{exitloss}}.log"
+    benchmark: f"{BENCH}/bild_exit_train_{{exitloss}}.tsv"
+    threads: rule_threads("bild_exit_train")
+    resources: **rule_resources("bild_exit_train")
+    params:
+        env=ENV, py=PY, p=P, ee=BILD.early_exit, out=BILDR.exit_dir, caches=BILDR.exit_teacher,
+        flags=BILDR.exit_train_flags, teacher=teacher_flags(C["corpus"], C["teacher"]),
+    shell:
+        "{params.env} {params.py} -m bild.exits --model {params.ee.model} {params.flags}"
+        " --teacher {params.caches[teacher]} --heldout-corpus {params.caches[corpus]} {params.teacher}"
+        " --out {params.out} --stats-out {output.stats} --curve-out {output.curve}"
+        " --device {params.p.device} --threads {params.p.threads} > {log} 2>&1"
+
+
+# One sweep per early-exit task and loss: vanilla (the trained model alone: the paper's fine-tuned
+# reference) beside bild with exit_layer at every (alpha_FB, alpha_RB), or calm at every (lambda, tau).
+rule bild_exit_sweep:
+    input: f".cache/components/{P.name}/bild_exit_{{exitloss}}/model/config.json"
+    output: f"{BILD_RAW}/exit_sweep_{{btask}}_{{exitloss}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_exit_sweep_{{btask}}_{{exitloss}}.log"
+    benchmark: f"{BENCH}/bild_exit_sweep_{{btask}}_{{exitloss}}.tsv"
+    # All cores: a timing rule never shares the machine with another job.
+    threads: rule_threads("bild_exit_sweep")
+    resources: **rule_resources("bild_exit_sweep")
+    params:
+        env=ENV, py=PY, p=P, b=BILD, model=BILDR.exit_model, t=BILDR.task, decoders=BILDR.exit_decoders,
+        dcfg=BILDR.exit_decoder_config,
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.model} --decoders {params.decoders}"
+        " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
+        " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
+        " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
+        " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"

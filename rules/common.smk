@@ -201,6 +201,13 @@ def firp_layer_flag(wildcards):
     return f"--layers {','.join(map(str, layers))}" if layers else ""
 
 
+def bild_exit_inputs(wildcards):
+    """An exit training's model and, when it is the profile's model, the shared teacher and
+    held-out corpus caches (otherwise the trainer builds its own; BILD, BILDR: rules/bild.smk)."""
+    shared = BILDR.exit_teacher(wildcards) if BILDR.exit_shares_teacher() else {}
+    return {"model": model_files(BILD.early_exit.model), **shared}
+
+
 def bild_sweep_inputs(wildcards):
     """A BiLD sweep's large model and, in the embedded profile, the trained small model of the
     variant (BILD, BILDR: rules/bild.smk)."""

@@ -18,10 +18,10 @@ rule selfdistill_corpus:
     benchmark: f"{BENCH}/selfdistill_corpus.tsv"
     threads: rule_threads("selfdistill_corpus")
     resources: **rule_resources("selfdistill_corpus")
-    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device
     shell:
         "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
-        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
+        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 rule teacher_cache:
@@ -34,10 +34,10 @@ rule teacher_cache:
     benchmark: f"{BENCH}/teacher_cache.tsv"
     threads: rule_threads("teacher_cache")
     resources: **rule_resources("teacher_cache")
-    params: env=ENV, py=PY, m=P.model, t=P.threads, flags=teacher_flags(C["corpus"], C["teacher"])
+    params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], C["teacher"])
     shell:
         "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
-        " --heldout-corpus {input.corpus} {params.flags} --stats-out {output.stats} --threads {params.t} > {log} 2>&1"
+        " --heldout-corpus {input.corpus} {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 rule train_medusa:
@@ -53,7 +53,7 @@ rule train_medusa:
     threads: rule_threads("train_medusa")
     resources: **rule_resources("train_medusa")
     params:
-        env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, out=parent_of_heads,
+        env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, dev=P.device, out=parent_of_heads,
         share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["medusa"]),
     shell:
@@ -61,7 +61,7 @@ rule train_medusa:
         " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} --heads {params.h[heads]} {params.share}"
         " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
-        " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --threads {params.t} > {log} 2>&1"
+        " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 rule distill_draft:
@@ -76,13 +76,13 @@ rule distill_draft:
     threads: rule_threads("distill_draft")
     resources: **rule_resources("distill_draft")
     params:
-        env=ENV, py=PY, m=P.model, d=C["draft"], t=P.threads, out=parent_of_draft,
+        env=ENV, py=PY, m=P.model, d=C["draft"], t=P.threads, dev=P.device, out=parent_of_draft,
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["draft"]),
     shell:
         "{params.env} {params.py} -m common.draft --model {params.m} --teacher {input.teacher}"
         " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} --layers {params.d[layers]} {params.stop}"
-        " --lr {params.d[lr]} --batch-size {params.d[batch_size]} --threads {params.t} > {log} 2>&1"
+        " --lr {params.d[lr]} --batch-size {params.d[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 # The in-forward trainers' data (prompt tokens, FIRP's maps): the base model's greedy answers to
@@ -96,8 +96,8 @@ rule seq_corpus:
     benchmark: f"{BENCH}/seq_corpus.tsv"
     threads: rule_threads("seq_corpus")
     resources: **rule_resources("seq_corpus")
-    params: env=ENV, py=PY, m=P.model, c=C["corpus"], s=C["seqcorpus"], t=P.threads
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
     shell:
         "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
         " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
-        " --answer-tokens {params.c[answer_tokens]} --threads {params.t} > {log} 2>&1"
+        " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"

@@ -22,7 +22,7 @@ rule firp_train:
     threads: rule_threads("firp_train")
     resources: **rule_resources("firp_train")
     params:
-        env=ENV, py=PY, m=P.model, tr=firp_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, out=parent_of_ckpt,
+        env=ENV, py=PY, m=P.model, tr=firp_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
         stop=firp_stopping_flags, layers=firp_layer_flag,
     shell:
         "{params.env} {params.py} -m firp.train --model {params.m} --out {params.out}"
@@ -30,7 +30,7 @@ rule firp_train:
         " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
-        " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"
+        " --stats-out {output.stats} --curve-out {output.curve} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 # Figure 4: how close the pseudo states come to the real ones, layer by layer (firp.analysis).
@@ -42,11 +42,11 @@ rule firp_cosine:
     benchmark: f"{BENCH}/firp_cosine_{{firpv}}.tsv"
     threads: rule_threads("firp_cosine")
     resources: **rule_resources("firp_cosine")
-    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, maps=parent_of_maps
+    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device, maps=parent_of_maps
     shell:
         "{params.env} {params.py} -m firp.analysis --model {params.m} --maps {params.maps}"
         " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
-        " --threads {params.t} --out {output} > {log} 2>&1"
+        " --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
 
 
 # The decoding benchmark of one dataset: the section's decoders (vanilla, self-speculative, Medusa

@@ -34,6 +34,7 @@ rule ppdp_train_heads:
         layer_heads=[f"{PPDP_CACHE}/head_l{l}.pt" for l in PPDP.layers],
         log=f"{PPDP_RAW}/heads_train.jsonl",
         meta=f"{PPDP_RAW}/heads_meta.json",
+        curve=f"{PPDP_RAW}/heads_curve.jsonl",
     conda: "../env.yml"
     log: f"{LOGS}/ppdp_train_heads.log"
     benchmark: f"{BENCH}/ppdp_train_heads.tsv"
@@ -44,7 +45,8 @@ rule ppdp_train_heads:
         excl=PPDR.eval_datasets, out=PPDR.heads_dir,
     shell:
         "{params.env} {params.py} -m ppd_pipelined.heads --model {params.m} --layers {params.layers}"
-        " --out {params.out} --log {output.log} --meta-out {output.meta} --exclude-datasets {params.excl}"
+        " --out {params.out} --log {output.log} --meta-out {output.meta} --curve-out {output.curve}"
+        " --exclude-datasets {params.excl}"
         " --config '{params.cfg}' --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
         " --profile {params.p.name} > {log} 2>&1"
 

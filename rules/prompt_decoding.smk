@@ -22,7 +22,7 @@ rule pd_train:
     threads: rule_threads("pd_train")
     resources: **rule_resources("pd_train")
     params:
-        env=ENV, py=PY, m=P.model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, out=parent_of_ckpt,
+        env=ENV, py=PY, m=P.model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
         stop=pd_stopping_flags,
     shell:
         "{params.env} {params.py} -m prompt_decoding.train --model {params.m} --out {params.out}"
@@ -30,7 +30,7 @@ rule pd_train:
         " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
-        " --stats-out {output.stats} --curve-out {output.curve} --threads {params.t} > {log} 2>&1"
+        " --stats-out {output.stats} --curve-out {output.curve} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 # The decoding benchmark of one dataset: the section's decoders (vanilla, Medusa and prompt decoding

@@ -24,6 +24,21 @@ def chaotic_llama():
 
 
 @pytest.fixture(scope="session")
+def llama_pair(chaotic_llama):
+    """(large, small) for BiLD: a 1-layer small model rarely agrees, so every policy is exercised."""
+    return chaotic_llama, tiny_llama(seed=1, layers=1, scale=10.0)
+
+
+@pytest.fixture(scope="session")
+def t5_pair():
+    """(large, small) tiny T5s: the small one a slightly perturbed copy of the large."""
+    from common.decoders.speculative import perturbed_copy
+    from common.models import tiny_t5
+    large = tiny_t5(seed=0)
+    return large, perturbed_copy(large, 0.05)
+
+
+@pytest.fixture(scope="session")
 def embedded():
     """(model, tokenizer) of the embedded model on the fast path (what benchmarks run, so what
     the lossless tests check); converts the GGUF once if needed (~40 s)."""

@@ -5,24 +5,11 @@ import torch
 
 from bild.decoding import Rollback
 from common.decoders import get_decoder
-from common.decoders.speculative import perturbed_copy
 from common.errors import UserError
-from common.models import tiny_llama, tiny_t5
+from common.models import tiny_llama
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 77, 3, 3, 3, 12, 60, 61]]
-
-
-@pytest.fixture(scope="module")
-def pair(chaotic_llama):
-    """(large, small): a 1-layer small model rarely agrees, so every policy is exercised."""
-    return chaotic_llama, tiny_llama(seed=1, layers=1, scale=10.0)
-
-
-@pytest.fixture(scope="module")
-def t5_pair():
-    large = tiny_t5(seed=0)
-    return large, perturbed_copy(large, 0.05)
 
 
 def _run(large, small, ids, n=30, **opts):
@@ -31,8 +18,8 @@ def _run(large, small, ids, n=30, **opts):
 
 @pytest.mark.parametrize("opts", [{"rollback_threshold": 0.0}, {"fallback_threshold": 1.0, "rollback_threshold": 50.0},
                                   {"rollback_threshold": 0.0, "fallback": False, "max_small_tokens": 3}])
-def test_exact_limits_equal_large_greedy(pair, t5_pair, opts):
-    for large, small, prompts in ((*pair, PROMPTS), (*t5_pair, [[5, 6, 7, 8, 9, 10], [40, 41, 42]])):
+def test_exact_limits_equal_large_greedy(llama_pair, t5_pair, opts):
+    for large, small, prompts in ((*llama_pair, PROMPTS), (*t5_pair, [[5, 6, 7, 8, 9, 10], [40, 41, 42]])):
         for prompt in prompts:
             ids = torch.tensor([prompt])
             ref = get_decoder("vanilla", large).generate(ids, 30).tokens
@@ -43,22 +30,22 @@ def test_exact_limits_equal_large_greedy(pair, t5_pair, opts):
             assert st["large_forwards"] == st["steps"] and st["small_forwards"] >= 0
 
 
-def test_fallback_one_never_keeps_a_small_token(pair):
-    out = _run(*pair, torch.tensor([PROMPTS[0]]), fallback_threshold=1.0, rollback_threshold=50.0)
+def test_fallback_one_never_keeps_a_small_token(llama_pair):
+    out = _run(*llama_pair, torch.tensor([PROMPTS[0]]), fallback_threshold=1.0, rollback_threshold=50.0)
     assert len(out.tokens) == 30 and set(out.stats["source"]) == {"large"}
     # every step falls back, except the prefill and the last (one token left: nothing to draft)
     assert out.stats["fallbacks"] == out.stats["steps"] - 2
 
 
-def test_without_rollback_small_tokens_stay(pair):
+def test_without_rollback_small_tokens_stay(llama_pair):
     """A 1-layer random small model disagrees with the large one: without rollback its tokens
     are kept and the output leaves the large model's greedy path; with rollback at 0 it never does."""
     ids = torch.tensor([PROMPTS[1]])
-    ref = get_decoder("vanilla", pair[0]).generate(ids, 30).tokens
-    loose = _run(*pair, ids, rollback=False, fallback_threshold=0.0, max_small_tokens=4)
+    ref = get_decoder("vanilla", llama_pair[0]).generate(ids, 30).tokens
+    loose = _run(*llama_pair, ids, rollback=False, fallback_threshold=0.0, max_small_tokens=4)
     assert loose.stats["rollbacks"] == 0 and loose.stats["source"].count("small") > 10
     assert loose.tokens != ref
-    strict = _run(*pair, ids, rollback_threshold=0.0, fallback_threshold=0.0, max_small_tokens=4)
+    strict = _run(*llama_pair, ids, rollback_threshold=0.0, fallback_threshold=0.0, max_small_tokens=4)
     assert strict.tokens == ref and strict.stats["rollbacks"] > 0
 
 
@@ -78,8 +65,8 @@ def test_rollback_rule_first_bad_position():
     assert path.tolist() == [0, 1] and nxt == 2                       # token 1 is the argmax: never rolled back
 
 
-def test_bad_input(pair, t5_pair):
-    large, small = pair
+def test_bad_input(llama_pair, t5_pair):
+    large, small = llama_pair
     cases = [({"fallback_threshold": 1.5}, r"fallback_threshold=1.5 is invalid; valid: a number in \[0.0, 1.0\]"),
              ({"rollback_threshold": -1}, "rollback_threshold=-1 is invalid"),
              ({"max_small_tokens": 0}, "max_small_tokens=0 is invalid"),

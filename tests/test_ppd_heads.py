@@ -85,3 +85,23 @@ def test_bad_layers_and_foreign_checkpoint(tiny, tmp_path):
     other = tiny_llama(seed=1, layers=6)
     with pytest.raises(UserError, match="was trained for"):
         H.load_heads(other, tmp_path / "heads.pt")
+
+
+def test_early_stopping_writes_the_held_out_curve(tiny, tmp_path):
+    """With eval_every the run keeps a learning curve of the watched match with the final
+    layer (one point before training, then every eval_every steps) and says why it stopped."""
+    import dataclasses
+    import json
+    data = (sequences(8), sequences(4, seed=1))
+    cfg = dataclasses.replace(CFG, eval_every=2, patience=2, min_delta=0.0)
+    s = H.train_heads(tiny, None, LAYERS, cfg, tmp_path, sequences=data, curve_path=tmp_path / "curve.jsonl",
+                      evaluate_holdout=False)
+    curve = [json.loads(line) for line in (tmp_path / "curve.jsonl").read_text().splitlines()]
+    assert curve[0]["step"] == 0 and [c["step"] for c in curve[1:]] == list(range(2, s["steps"] + 1, 2))
+    for c in curve:
+        assert len(c["heldout_match_by_layer"]) == len(LAYERS) and len(c["heldout_loss"]) == len(LAYERS)
+        assert c["heldout_match"] == pytest.approx(sum(c["heldout_match_by_layer"]) / len(LAYERS))
+    assert curve[-1]["heldout_loss"][0] < curve[0]["heldout_loss"][0]
+    assert s["stopped"] in ("flat", "epochs")
+    with pytest.raises(UserError, match="eval_every"):
+        dataclasses.replace(CFG, eval_every=0)

@@ -150,3 +150,56 @@ def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):
     assert drop(a["curve"]) == drop(b["curve"]) and a["stopped"] == b["stopped"] and a["step"] == b["step"]
     assert len((tmp_path / "b.jsonl").read_text().splitlines()) == len(b["curve"])
     assert b["curve"][-1]["wall_s"] >= b["curve"][-2]["wall_s"]
+
+
+def _refuse_loading(monkeypatch, model=None):
+    """Model loading returns ``model`` (or fails the test); building training data always fails."""
+    import common.models
+    import common.seqtrain
+
+    def load(name):
+        if model is None:
+            raise AssertionError("the model was loaded before the options were checked")
+        return model, None
+
+    monkeypatch.setattr(common.models, "load_model", load)
+    monkeypatch.setattr(common.seqtrain, "from_args", lambda *a: (_ for _ in ()).throw(
+        AssertionError("the training data was built before the options were checked")))
+
+
+@pytest.mark.parametrize("trainer, flags, says", [
+    ("prompt_decoding.train", ["--m", "0"], "--m"),
+    ("prompt_decoding.train", ["--n", "0"], "--n"),
+    ("prompt_decoding.train", ["--cuts", "0"], "--cuts"),
+    ("firp.train", ["--layers", "3,x"], "--layers"),
+    ("firp.train", ["--anchors", "0"], "--anchors"),
+    ("firp.train", ["--device", "nonsense"], "invalid device"),
+])
+def test_bad_trainer_options_fail_before_anything_is_loaded(monkeypatch, tmp_path, trainer, flags, says):
+    import importlib
+    _refuse_loading(monkeypatch)
+    argv = ["--model", "m", "--out", str(tmp_path), "--corpus", str(tmp_path / "c.pt"),
+            "--heldout-corpus", str(tmp_path / "h.pt"), *flags]
+    with pytest.raises(UserError, match=says):
+        importlib.import_module(trainer)._main(argv)
+    assert not any(tmp_path.iterdir())
+
+
+def test_firp_layers_beyond_the_model_fail_before_the_corpus_is_built(monkeypatch, tmp_path):
+    from common.models import tiny_llama
+    from firp.train import _main
+    tiny = tiny_llama(seed=0)  # its own copy: the trainer freezes the model it loads
+    _refuse_loading(monkeypatch, tiny)
+    argv = ["--model", "m", "--out", str(tmp_path), "--corpus", str(tmp_path / "c.pt"),
+            "--heldout-corpus", str(tmp_path / "h.pt"), "--layers", f"1,{tiny.config.num_hidden_layers}"]
+    with pytest.raises(UserError, match="layer"):
+        _main(argv)
+
+
+def test_corpus_cache_key_drops_default_settings():
+    from common.selfdistill import cache_key
+    base = {"n_prompts": 32, "max_new_tokens": 128}
+    assert cache_key(**base) == base
+    assert cache_key(**base, skip=0, max_prompt_tokens=None, dataset="sharegpt", batch_size=8) == base
+    assert cache_key(**base, max_prompt_tokens=256) == base  # build_corpus's default
+    assert cache_key(**base, skip=32, max_prompt_tokens=96) == {**base, "skip": 32, "max_prompt_tokens": 96}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -136,6 +137,20 @@ def candidates_from_topk(tree: TreeBuffers, topk: torch.Tensor) -> torch.Tensor:
         ``[n-1]`` tokens of nodes ``1..n-1``: node ``(r_1, .., r_d)`` gets ``topk[d-1, r_d]``.
     """
     return topk[tree.depth[1:] - 1, tree.rank[1:]]
+
+
+def tree_option(default: int, lo: int = 1, hi: int = 512, unit: str = "nodes", sizes: tuple | None = None) -> Option:
+    """A tree-decoder's ``tree`` option: a size (``sizes`` when only stored trees exist, else
+    ``lo..hi`` ``unit``) or a tree file."""
+    def check(value) -> None:
+        if not isinstance(value, int):
+            return
+        if sizes is not None and value not in sizes:
+            raise UserError(f"tree={value} is not a stored tree size; valid: {', '.join(map(str, sizes))} "
+                            "or a tree JSON file")
+        if sizes is None and not lo <= value <= hi:
+            raise UserError(f"tree={value} is out of range; valid: {lo}..{hi} {unit}, or a tree file")
+    return Option(default, (int, str, Path), check=check)
 
 
 class TreeDecoder(Decoder):

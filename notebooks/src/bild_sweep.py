@@ -23,6 +23,7 @@ import pandas as pd
 
 from bild.analysis import best_settings, sweep_points
 from bild.config import from_profile
+from bild.plots import quality_panel
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
 from common.report import provenance
@@ -55,12 +56,7 @@ for ax, t in zip(axes[0], cfg.tasks):
         ax.scatter(g.latency, g.quality, marker=marker, label=f"BiLD ({v})", alpha=0.8)
     q0 = grid[(grid.task == t) & (grid.decoder == "vanilla")].quality.mean()
     ax.scatter([1.0], [q0], marker="x", color="black", s=60, label="vanilla (large)")
-    ax.axhline(q0, color="grey", lw=0.8)
-    ax.axhline(q0 - 1, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("latency / vanilla latency (same run)")
-    ax.set_ylabel(cfg.task(t).metric)
-    ax.set_title(f"{t}: {cfg.task(t).dataset}", fontsize=9)
-    ax.legend(fontsize=7)
+    quality_panel(ax, t, cfg.task(t), "latency / vanilla latency (same run)", q0)
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}", fontsize=8)
 R.save_figure(fig)
 cols = ["task", "variant", "decoder", "quality", "latency", "speedup", "small_share", "fallbacks_per_token",

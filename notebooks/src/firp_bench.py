@@ -14,9 +14,6 @@
 # fixes K = 3 for both; FIRP has K = 3.
 
 # %%
-import json
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -24,17 +21,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.metrics import rouge_2
-from common.records import read_jsonl
 from common.render import Render, paper_numbers
 from common.report import provenance, summarize, trend
 from common.tree_search import best_tree, expected_accept_length
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
-benches = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl"): read_jsonl(p)
-           for p in inputs if Path(p).name.startswith("bench_")}
-firp_stats = next(json.loads(Path(p).read_text()) for p in inputs if p.endswith("train_main_stats.json"))
-medusa_stats = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("medusa_stats.json")), None)
+benches = R.runs("bench_")  # dataset -> records
+firp_stats = R.find("train_main_stats.json")
+medusa_stats = R.find("medusa_stats.json", required=False)
 paper = paper_numbers(package)
 records = [r for recs in benches.values() for r in recs]
 meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs)}

@@ -12,27 +12,22 @@
 # from the machine named below: trends, not values, are what can carry over.
 
 # %%
-import json
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from common.records import read_jsonl
 from common.render import Render, paper_numbers
 from common.report import cost_of, limits, provenance, summarize, trend
 from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
-benches = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl"): read_jsonl(p)
-           for p in inputs if Path(p).name.startswith("bench_")}
-pd_stats = next(json.loads(Path(p).read_text()) for p in inputs if p.endswith("train_main_stats.json"))
-medusa_stats = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("medusa_stats.json")), None)
-curve = next((read_jsonl(p) for p in inputs if p.endswith("cost_curve.jsonl")), None)
+benches = R.runs("bench_")  # dataset -> records
+pd_stats = R.find("train_main_stats.json")
+medusa_stats = R.find("medusa_stats.json", required=False)
+curve = R.find("cost_curve.jsonl", required=False)
 paper = paper_numbers(package)
 ratio = cost_of(curve)  # T(q)/T(1) of the fast forward path on this machine (common.cost)
 records = [r for recs in benches.values() for r in recs]

@@ -1,0 +1,264 @@
+"""One prediction head shared by several exits of the model, trained on its frozen trunk: the
+model of BiLD's early-exit variant (section 4.4, appendix 7.2.1) and of its CALM baseline.
+
+The paper fine-tunes mT5-small with a loss over exits that share the prediction head:
+
+* ``--loss bild``: ``L = (L_k + L_d) / 2``, the NLL after the first ``k`` layers (the small
+  model, ``--exit-layer``) and after the last;
+* ``--loss calm``: ``L = sum_i w_i L_i`` over every layer ``i = 1..d``, ``w_i = i / sum_j j``
+  (CALM's weighted average, for its consistency across exits).
+
+Deviation (full fine-tuning of the 135 M-parameter model is out of reach on 2 CPU cores): the
+trunk (embeddings and decoder layers) stays frozen and only the shared exit head trains: the
+final norm and an untied copy of the LM head, both initialised from the model's own. The
+result is saved as an ordinary transformers checkpoint (the frozen layers, the trained norm and
+head, ``tie_word_embeddings`` off), so a benchmark loads it as the large model: its ``vanilla``
+is the paper's reference (the fine-tuned model), ``bild`` with ``exit_layer=k`` its early exit
+and ``calm`` its exits at any layer, all through the same head.
+
+Why not the draft family of :mod:`common.draft` (first ``k`` layers + final norm + head, BiLD's
+separate small model): it trains its own copy of the ``k`` layers, so its keys/values are not
+the large model's and it cannot share its cache, and its head serves the small model alone; the
+early exit of the paper is a path *inside* the large model, one head shared with the last layer.
+
+Labels: ``text`` (the teacher cache's ShareGPT reference replies, as the paper fine-tunes on the
+task's references) or ``greedy`` (the model's own greedy tokens), at answer positions, at most
+``--positions`` of them per batch (the head's cost grows with positions x exits). Early
+stopping watches ``heldout_score``, minus the weighted loss on the held-out greedy answers.
+
+    python -m bild.exits --model smollm2-135m-instruct --loss bild --exit-layer 4 --labels text \\
+        --teacher .cache/components/embedded/teacher.pt --heldout-corpus .cache/components/embedded/corpus.pt \\
+        --out .cache/components/embedded/bild_exit_bild
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from common.draft import padded_batch
+from common.errors import UserError, check_range, cli_main
+from common.forward import check_layer, layer_states, num_layers
+from common.records import write_json
+from common.teacher import TeacherData
+from common.training import Stopping, TrainConfig, fingerprint, run_summary, train
+
+LOSSES = ("bild", "calm")
+LABELS = ("text", "greedy")
+
+
+def exit_weights(loss: str, depth: int, exit_layer: int | None = None) -> dict[int, float]:
+    """``{exit depth (layers run): weight}`` of a loss over a ``depth``-layer model."""
+    if loss == "bild":
+        if exit_layer is None or not 1 <= exit_layer < depth:
+            raise UserError(f"--exit-layer {exit_layer} is out of range; valid: 1..{depth - 1} (below the model's "
+                            f"{depth} layers)")
+        return {exit_layer: 0.5, depth: 0.5}
+    if loss == "calm":
+        total = depth * (depth + 1) / 2
+        return {i: i / total for i in range(1, depth + 1)}
+    raise UserError(f"loss {loss!r} is unknown; valid: {', '.join(LOSSES)}")
+
+
+class ExitHead(nn.Module):
+    """The final norm and an untied copy of the LM head, shared by every exit: raw states
+    ``[..., H]`` -> logits ``[..., V]``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.norm = copy.deepcopy(model.model.norm)
+        w = model.lm_head.weight
+        self.head = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            self.head.weight.copy_(w)
+        for p in self.parameters():
+            p.requires_grad_(True)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(hidden))
+
+
+def install(model, head: ExitHead):
+    """Make ``head`` the model's own final norm and (untied) LM head, in place; returns the model.
+    Every exit of :mod:`common.forward` then reads it, and ``save_pretrained`` stores it."""
+    with torch.no_grad():
+        model.model.norm.load_state_dict(head.norm.state_dict())
+        lm = nn.Linear(head.head.in_features, head.head.out_features, bias=False,
+                       device=head.head.weight.device, dtype=head.head.weight.dtype)
+        lm.weight.copy_(head.head.weight)
+    lm.weight.requires_grad_(False)
+    model.lm_head = lm
+    model.config.tie_word_embeddings = False
+    if getattr(model.config, "get_text_config", None) is not None:
+        model.config.get_text_config().tie_word_embeddings = False
+    return model
+
+
+def _answer_mask(data: TeacherData) -> torch.Tensor:
+    answer = torch.zeros(data.n_tokens, dtype=torch.bool)
+    answer[data.answer_positions()] = True
+    return answer
+
+
+def _positions(data: TeacherData, batch: list[int], device, answer: torch.Tensor):
+    """``(ids [B, T], rows [P], cols [P], flat [P])``: a batch and its answer positions."""
+    ids, flat = padded_batch(data, batch, device)
+    ok = flat >= 0
+    ok[ok.clone()] = answer[flat[ok]]
+    rows, cols = ok.nonzero(as_tuple=True)
+    return ids, rows, cols, flat[rows, cols]
+
+
+def _nll(head: ExitHead, hidden: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(head(hidden).float(), y)
+
+
+def exit_loss(model, data: TeacherData, weights: dict[int, float], labels: str, positions: int | None):
+    """``(head, batch of sequence indices) -> loss``: ``sum_i w_i NLL_i`` at the batch's answer
+    positions (at most ``positions``, drawn from torch's global generator, which
+    :func:`common.training.train` seeds per step), the frozen trunk's states run without grad.
+
+    Each exit's logits are recomputed in the backward pass instead of kept (``[P, V]`` per
+    exit would hold CALM's 30 exits' logits at once)."""
+    if labels not in LABELS:
+        raise UserError(f"labels={labels!r} is unknown; valid: {', '.join(LABELS)}")
+    answer = _answer_mask(data)
+
+    def loss(head, batch):
+        ids, rows, cols, flat = _positions(data, batch, model.device, answer)
+        if positions is not None and flat.numel() > positions:
+            keep = torch.randperm(flat.numel())[:positions].sort().values
+            rows, cols, flat = rows[keep], cols[keep], flat[keep]
+        if flat.numel() == 0:
+            return sum(p.sum() for p in head.parameters()) * 0.0
+        y = (data.argmax[flat] if labels == "greedy" else data.ids[flat + 1]).long().to(model.device)
+        with torch.no_grad():
+            states = layer_states(model, ids, list(weights))
+        total = 0.0
+        for depth, w in weights.items():
+            h = states[depth][rows.to(model.device), cols.to(model.device)]         # [P, H]
+            total = total + w * checkpoint(_nll, head, h, y, use_reentrant=False)
+        return total
+    return loss
+
+
+@torch.inference_mode()
+def evaluate(model, head: ExitHead, data: TeacherData, weights: dict[int, float], batch_size: int = 8,
+             max_positions: int | None = 1024) -> dict:
+    """Held-out metrics at the answer positions of the greedy corpus (the first
+    ``max_positions`` of them), labels the base model's greedy tokens there:
+
+    ``heldout_loss`` (the weighted NLL), ``heldout_score`` (its negative: what early stopping
+    watches), and per exit, deepest last: ``heldout_nll`` and ``heldout_top1`` (agreement with
+    the greedy token) and ``heldout_agree`` (agreement with the deepest exit's argmax: how
+    often an exit would keep the full model's token)."""
+    depths = sorted(weights)
+    answer = _answer_mask(data)
+    nll = torch.zeros(len(depths), dtype=torch.float64)
+    hits, agree = torch.zeros_like(nll), torch.zeros_like(nll)
+    n = 0
+    for i in range(0, len(data), batch_size):
+        if max_positions is not None and n >= max_positions:
+            break
+        ids, rows, cols, flat = _positions(data, list(range(i, min(i + batch_size, len(data)))), model.device, answer)
+        if max_positions is not None:
+            rows, cols, flat = rows[:max_positions - n], cols[:max_positions - n], flat[:max_positions - n]
+        if flat.numel() == 0:
+            continue
+        y = data.ids[flat + 1].long().to(model.device)
+        states = layer_states(model, ids, depths)
+        preds = []
+        for j, depth in enumerate(depths):
+            logp = head(states[depth][rows.to(model.device), cols.to(model.device)]).float().log_softmax(-1)
+            nll[j] += float(-logp.gather(-1, y[:, None]).sum())
+            preds.append(logp.argmax(-1))
+            hits[j] += float((preds[-1] == y).sum())
+        for j, p in enumerate(preds):
+            agree[j] += float((p == preds[-1]).sum())
+        n += flat.numel()
+    if n == 0:
+        raise UserError("the held-out corpus has no answer positions to evaluate the exits on")
+    nll, hits, agree = nll / n, hits / n, agree / n
+    loss = float(sum(weights[dd] * float(nll[j]) for j, dd in enumerate(depths)))
+    r = lambda t: [round(float(x), 4) for x in t]  # noqa: E731
+    return {"heldout_score": round(-loss, 4), "heldout_loss": round(loss, 4), "heldout_nll": r(nll),
+            "heldout_top1": r(hits), "heldout_agree": r(agree), "heldout_positions": n}
+
+
+def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig, tokenizer=None,
+                stop: Stopping | None = None, curve_path: Path | None = None, exit_layer: int | None = None,
+                labels: str = "text", positions: int | None = 256, eval_positions: int | None = 1024) -> dict:
+    """Train the shared exit head of ``model`` (frozen) with ``loss``'s weights on the teacher
+    cache (:mod:`common.teacher`), install it, save the model to ``out_dir/model``; returns the
+    stats (also ``out_dir/stats.json``)."""
+    out_dir = Path(out_dir)
+    d = num_layers(model)
+    weights = exit_weights(loss, d, exit_layer)
+    if loss == "bild":
+        check_layer(model, exit_layer, "--exit-layer")
+    stop = dataclasses.replace(stop or Stopping(eval_every=50), metric="heldout_score")
+    head = ExitHead(model)
+    tr, held = teacher["train"], teacher["heldout"]
+    t0 = time.perf_counter()
+    meta = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "labels": labels,
+            "positions": positions, **fingerprint(model), "teacher": teacher["key"]}
+    curve_file = out_dir / "curve.jsonl"
+    log = train(head, list(range(len(tr))), exit_loss(model, tr, weights, labels, positions), cfg,
+                out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta, desc=f"{loss} exit head",
+                evaluate=lambda h: evaluate(model, h, held, weights, max_positions=eval_positions),
+                stop=stop, curve_path=curve_file)
+    install(model, head)
+    model.save_pretrained(out_dir / "model")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir / "model")
+    stats = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "layers": d,
+             "exit_depths": sorted(weights), "weights": [weights[k] for k in sorted(weights)], "labels": labels,
+             "positions": positions, "trained_params": sum(p.numel() for p in head.parameters()),
+             "frozen_trunk": True, **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
+             "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
+             "teacher": teacher["key"], "threads": torch.get_num_threads()}
+    write_json(out_dir / "stats.json", stats)
+    return stats
+
+
+def _main(argv=None) -> None:
+    from common import teacher
+    from common.training import component_main
+
+    def add_args(ap):
+        ap.add_argument("--loss", required=True, choices=LOSSES,
+                        help="bild: (L_k + L_d) / 2 (early-exit BiLD); calm: sum_i i / sum_j j * L_i (CALM)")
+        ap.add_argument("--exit-layer", type=int, default=None, help="k, the early exit's depth (--loss bild)")
+        ap.add_argument("--labels", default="text", choices=LABELS,
+                        help="text: the reference replies (the paper's fine-tuning); greedy: the model's own tokens")
+        ap.add_argument("--positions", type=int, default=256, help="answer positions per batch (at most)")
+        ap.add_argument("--eval-positions", type=int, default=1024, help="held-out answer positions evaluated")
+
+    def check_args(a):
+        check_range("--positions", a.positions, 1)
+        check_range("--eval-positions", a.eval_positions, 1)
+        if a.loss == "bild" and a.exit_layer is None:
+            raise UserError("--loss bild needs --exit-layer k (the small model's depth)")
+        if a.loss == "calm" and a.exit_layer is not None:
+            raise UserError("--loss calm weighs every layer; it takes no --exit-layer")
+
+    def check_model(a, model):
+        if a.loss == "bild":
+            check_layer(model, a.exit_layer, "--exit-layer")
+
+    def run(a, model, tok, data, cfg, stop):
+        return train_exits(model, data, a.loss, a.out, cfg, tok, stop, a.curve_out, a.exit_layer, a.labels,
+                           a.positions, a.eval_positions)
+
+    component_main("train a prediction head shared by early exits (BiLD's early exit, CALM) on a frozen model",
+                   add_args, run, (teacher.add_args, teacher.from_args), argv, lr=1e-4, batch_size=4,
+                   check_args=check_args, check_model=check_model)
+
+
+if __name__ == "__main__":
+    cli_main(_main)

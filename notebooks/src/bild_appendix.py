@@ -1,0 +1,104 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # BiLD: model analysis and example outputs (appendix 7.3.1 and 7.3.2: Figures 8 and 10)
+# Both read the sweeps (`bild/raw/sweep_<task>_<variant>.jsonl`, rule `bild_sweep`) and show, per
+# task and small-model variant, BiLD at the setting with roughly the large model's quality: Table
+# 1's fastest setting without loss, else its fastest within one point, else the grid's best quality
+# (`bild.analysis.chosen_setting`; the cell is named beside the setting).
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from bild.analysis import chosen_setting, sweep_points
+from bild.config import from_profile
+from common.render import Render, paper_numbers
+from common.report import provenance
+
+R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
+cfg = R.cfg
+sweeps = {tuple(name.rsplit("_", 1)): recs for name, recs in R.runs("sweep_").items()}  # (task, variant)
+chosen = {}
+for (t, v), recs in sorted(sweeps.items()):
+    pts = sweep_points(recs, cfg.task(t).metric)
+    chosen[t, v] = (chosen_setting(pts), float(pts.loc[pts.decoder == "vanilla", "quality"].iloc[0]))
+meta = {**provenance([r for recs in sweeps.values() for r in recs]), "sources": ", ".join(R.inputs)}
+meta
+
+# %% md [bild.fig8]
+# Figure 8: FLOPs, memory operations (MOPs) and arithmetic intensity (FLOPs per element moved),
+# counted analytically (`bild.flops`) over the forwards each run made: vanilla's one per token;
+# BiLD's large- and small-model forwards as its decoder logged them (new positions, cached
+# positions). Weights are read once per forward, so the large model's non-autoregressive passes
+# cut MOPs while FLOPs stay (plus the small model's). All normalised to vanilla over the same
+# prompts, beside the measured speedup; the paper's CNN/DM numbers (from its text) in the last row.
+
+# %% [bild.fig8]
+from bild.flops import model_shapes, normalized
+
+models = R.find("models.jsonl")
+rows = []
+for (t, v), (cell_best, q0) in chosen.items():
+    row = {"task": t, "variant": v, "vanilla_quality": q0}
+    if cell_best is None:
+        rows.append({**row, "setting": "none (the sweep ran no BiLD grid setting)"})
+        continue
+    cell, best = cell_best
+    large, small, seq2seq = model_shapes(models, t, v)
+    c = normalized(sweeps[t, v], best["decoder"], large, small, seq2seq)
+    rows.append({**row, "setting": f"{best['decoder']} ({cell})", "quality": best["quality"], "flops": c["flops"],
+                 "mops": c["mops"], "intensity": c["intensity"], "speedup": best["speedup"],
+                 "intensity_vanilla": c["intensity_base"], "intensity_bild": c["intensity_abs"]})
+p8 = paper_numbers(package)["fig8"]
+table = pd.DataFrame(rows + [{"task": f"paper: {p8['dataset']} ({p8['stand_in']})", "variant": p8["variant"],
+                              "setting": f"roughly vanilla's quality; FLOPs {p8['flops']}", "mops": p8["mops"],
+                              "intensity": p8["intensity"], "speedup": p8["speedup"]}])
+R.save_table(table, meta)
+ours = table[~table.task.str.startswith("paper") & table.mops.notna()]
+fig, ax = plt.subplots(figsize=(2 + 2.2 * max(len(ours), 1), 4))
+bars = ["flops", "mops", "intensity", "speedup"]
+width = 0.8 / len(bars)
+for i, b in enumerate(bars):
+    ax.bar([j + i * width for j in range(len(ours))], ours[b], width, label=b if b != "mops" else "MOPs")
+ax.axhline(1.0, color="black", lw=0.8)
+ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ours))])
+ax.set_xticklabels([f"{t}\n{v}" for t, v in zip(ours.task, ours.variant)], fontsize=8)
+ax.set_ylabel("BiLD / vanilla")
+ax.set_title(f"{meta.get('model')}, {meta.get('device')}; paper (CNN/DM): MOPs x{p8['mops']}, "
+             f"intensity x{p8['intensity']}, speedup {p8['speedup']}x", fontsize=8)
+ax.legend(fontsize=7)
+R.save_figure(fig)
+for r in ours.itertuples():
+    print(f"{r.task} ({r.variant}): MOPs cut {1 / r.mops:.1f}x, intensity up {r.intensity:.1f}x, FLOPs x{r.flops:.2f}, "
+          f"speedup {r.speedup:.2f}x (paper: ~{1 / p8['mops']:.0f}x, ~{p8['intensity']:.0f}x, slightly above 1, "
+          f"{p8['speedup']}x)")
+
+# %% md [bild.fig10]
+# Figure 10: a few prompts per task and variant, first those where the small model alone
+# (`bild/raw/oracle_<task>_<variant>.jsonl`, threshold 0) wrote something other than the large
+# model alone (`vanilla` in the sweep): the reference, both models alone, and BiLD's output with
+# the large model's tokens in **bold** (the decoder's per-token sources; a run of tokens is bold
+# where the large model produced it). The paper's examples are IWSLT translations.
+
+# %% [bild.fig10]
+from bild.examples import example_table
+
+oracles = {tuple(name.rsplit("_", 1)): recs for name, recs in R.runs("oracle_").items()}
+parts = []
+for (t, v), (cell_best, _) in chosen.items():
+    if cell_best is None or (t, v) not in oracles:
+        continue
+    cell, best = cell_best
+    ex = example_table(sweeps[t, v], oracles[t, v], best["decoder"], 3)
+    parts.append(ex.assign(task=t, variant=v, setting=f"{best['decoder']} ({cell})"))
+table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["task", "variant", "setting"])
+cols = ["task", "variant", "setting", "question_id", "reference", "large", "small", "bild", "large_share"]
+R.save_table(table.reindex(columns=cols), meta, floatfmt=".2f")
+
+# %%
+R.publish()  # last step: tables and figures move into place only when all of it worked

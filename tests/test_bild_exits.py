@@ -1,0 +1,127 @@
+"""The shared exit head of BiLD's early-exit model and of CALM's (bild.exits) on tiny random models:
+the losses' weights, the loss against a direct computation, training on a frozen trunk, the saved
+checkpoint (untied head, trunk unchanged) decoding exactly at the limits, and bad input."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from bild.calm import Calm
+from bild.exits import ExitHead, _main, exit_loss, exit_weights, install, train_exits
+from common.decoders import get_decoder
+from common.decoders.speculative import perturbed_copy
+from common.errors import UserError
+from common.forward import embed, layer_states, logits_from_hidden, num_layers, run_layers
+from common.teacher import teacher_pass
+from common.training import Stopping, TrainConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def corpus(model, n, seed0, new=12):
+    van = get_decoder("vanilla", model)
+    van.eos = set()
+    out = []
+    for i in range(n):
+        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(seed0 + i)).tolist()
+        out.append({"ids": prompt + van.generate(torch.tensor([prompt]), new).tokens, "start": len(prompt)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny):
+    return {"key": {"test": 1}, "train": teacher_pass(tiny, corpus(tiny, 6, 0), 8, 4),
+            "heldout": teacher_pass(tiny, corpus(tiny, 3, 50), 8, 4)}
+
+
+def fresh(model):
+    """A frozen copy (training installs the head into the model it is given)."""
+    m = perturbed_copy(model, 0.0)
+    for p in m.parameters():
+        p.requires_grad_(False)
+    return m
+
+
+def test_weights():
+    assert exit_weights("bild", 30, 4) == {4: 0.5, 30: 0.5}
+    w = exit_weights("calm", 4)
+    assert list(w) == [1, 2, 3, 4] and sum(w.values()) == pytest.approx(1.0) and w[4] == pytest.approx(0.4)
+    with pytest.raises(UserError, match="--exit-layer 4 is out of range"):
+        exit_weights("bild", 4, 4)
+    with pytest.raises(UserError, match="unknown"):
+        exit_weights("medusa", 4)
+
+
+def test_untrained_head_is_the_models_and_the_loss_is_the_weighted_nll(tiny, teacher):
+    model = fresh(tiny)
+    head = ExitHead(model)
+    data = teacher["train"]
+    ids = data.ids[None, : data.span(0)[1]].long()
+    with torch.no_grad():
+        torch.testing.assert_close(head(layer_states(model, ids, [4])[4]), model(input_ids=ids).logits,
+                                   rtol=1e-4, atol=1e-5)
+    assert head.head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()  # untied copy
+    weights = {1: 0.25, 4: 0.75}
+    got = exit_loss(model, data, weights, "text", None)(head, [0])
+    a, b = data.span(0)
+    t = torch.arange(a + int(data.start[0]) - 1, b - 1) - a                 # answer positions of sequence 0
+    y = data.ids[a + t + 1].long()
+    pos = torch.arange(b - a)[None]
+    want = 0.0
+    with torch.no_grad():
+        for depth, w in weights.items():
+            logits = logits_from_hidden(model, run_layers(model, embed(model, ids), None, 0, depth, pos))[0, t]
+            want += w * torch.nn.functional.cross_entropy(logits, y)
+    torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-5)
+    capped = exit_loss(model, data, weights, "greedy", 3)(head, [0, 1])
+    assert capped.requires_grad and torch.isfinite(capped)
+
+
+@pytest.mark.parametrize("loss", ["bild", "calm"])
+def test_training_saves_a_model_that_decodes(tiny, teacher, tmp_path, loss):
+    model = fresh(tiny)
+    embed_before = model.model.embed_tokens.weight.clone()
+    layer_before = {k: v.clone() for k, v in model.model.layers.state_dict().items()}
+    stats = train_exits(model, teacher, loss, tmp_path, TrainConfig(lr=3e-3, epochs=2, batch_size=2),
+                        stop=Stopping(eval_every=3, patience=5), curve_path=tmp_path / "curve_copy.jsonl",
+                        exit_layer=2 if loss == "bild" else None, labels="greedy", positions=64)
+    d = num_layers(model)
+    assert stats["final_loss"] < stats["first_loss"] and stats["steps"] == 6
+    assert stats["exit_depths"] == ([2, d] if loss == "bild" else list(range(1, d + 1)))
+    assert len(stats["final"]["heldout_top1"]) == len(stats["exit_depths"]) and stats["final"]["heldout_agree"][-1] == 1.0
+    assert stats["final"]["heldout_score"] == -stats["final"]["heldout_loss"]
+    assert (tmp_path / "curve_copy.jsonl").read_text() == (tmp_path / "curve.jsonl").read_text()
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
+    assert not saved.config.tie_word_embeddings
+    torch.testing.assert_close(saved.model.embed_tokens.weight, embed_before)      # the trunk is frozen
+    for k, v in saved.model.layers.state_dict().items():
+        torch.testing.assert_close(v, layer_before[k])
+    assert not torch.equal(saved.lm_head.weight, embed_before)                   # the head trained, untied
+    torch.testing.assert_close(saved.lm_head.weight, model.lm_head.weight)
+    for prompt in ([1, 7, 8, 9], [1, 30, 31]):
+        ids = torch.tensor([prompt])
+        ref = get_decoder("vanilla", saved).generate(ids, 12).tokens
+        assert get_decoder("bild", saved, exit_layer=2, rollback_threshold=0.0).generate(ids, 12).tokens == ref
+        assert Calm(saved, threshold=1.0, tau=0.0).generate(ids, 12).tokens == ref
+
+
+def test_install_makes_the_head_the_models(tiny):
+    model = fresh(tiny)
+    head = ExitHead(model)
+    with torch.no_grad():
+        head.head.weight.mul_(1.5)
+        head.norm.weight.add_(0.25)
+    install(model, head)
+    ids = torch.tensor([[1, 5, 9, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, head(layer_states(model, ids, [4])[4]))
+
+
+def test_cli_bad_input_fails_before_loading(tmp_path):
+    base = ["--model", "no-such-model", "--out", str(tmp_path), "--teacher", str(tmp_path / "t.pt"),
+            "--heldout-corpus", str(tmp_path / "c.pt")]
+    with pytest.raises(UserError, match="needs --exit-layer"):
+        _main(base + ["--loss", "bild"])
+    with pytest.raises(UserError, match="takes no --exit-layer"):
+        _main(base + ["--loss", "calm", "--exit-layer", "2"])
+    with pytest.raises(UserError, match="--positions"):
+        _main(base + ["--loss", "calm", "--positions", "0"])
