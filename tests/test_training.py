@@ -157,7 +157,7 @@ def _refuse_loading(monkeypatch, model=None):
     import common.models
     import common.seqtrain
 
-    def load(name):
+    def load(name, **kw):
         if model is None:
             raise AssertionError("the model was loaded before the options were checked")
         return model, None
