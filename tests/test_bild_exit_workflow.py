@@ -43,7 +43,8 @@ def test_rule_params_of_the_embedded_profile():
 
 
 def test_a_model_other_than_the_profiles_gets_its_own_teacher():
-    r, p = _params("paper")
+    p = load_profile(None, "paper")
+    r = RuleParams(from_profile(p), f".cache/components/{p.name}", "another-model")  # the profile's model differs
     w = SimpleNamespace(exitloss="calm", btask="iwslt")
     assert not r.exit_shares_teacher()
     assert r.exit_teacher(w) == {"teacher": f".cache/components/{p.name}/bild_exit_calm/teacher.pt",

@@ -76,9 +76,10 @@ def test_commands_exist_and_name_registered_models(slurm_plan):
         for module in re.findall(r" -m ([\w.]+)", cmd):
             assert importlib.util.find_spec(module) is not None, f"{rule}: no module {module}"
         for model in re.findall(r"--model (\S+)", cmd):
-            # a registry name, or a hub id (org/name: BiLD's released fine-tuned pairs), which
-            # load_model takes as well
-            assert model in MODELS or re.fullmatch(r"[\w.-]+/[\w.-]+", model), f"{rule}: model {model}"
+            # a registry name, a hub id (org/name: BiLD's released fine-tuned pairs), which
+            # load_model takes as well, or a model another rule trains (BiLD's exit-head models)
+            assert model in MODELS or re.fullmatch(r"[\w.-]+/[\w.-]+", model) or \
+                model.startswith(f".cache/components/{profile}/"), f"{rule}: model {model}"
         for dataset in re.findall(r"--dataset (\S+)", cmd):
             assert dataset in EMBEDDED or dataset in PAPER_DATASETS, f"{rule}: dataset {dataset}"
     if profile == "paper":
