@@ -213,7 +213,7 @@ def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConf
         log: :func:`train`'s per-step log.
         started: ``time.perf_counter()`` when this session began.
     """
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+    state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: only the curve and counters are read
     curve = state["curve"]
     if curve_path is not None:
         write_jsonl(curve_path, curve)
@@ -351,7 +351,7 @@ def read_trained(ckpt_path: Path, hint: str = "train it first") -> dict:
     ckpt_path = Path(ckpt_path)
     if not ckpt_path.is_file():
         raise UserError(f"checkpoint {ckpt_path} does not exist; {hint}")
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+    state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: callers often read only the metadata
     if not isinstance(state, dict) or "identity" not in state or "module" not in state:
         raise UserError(f"{ckpt_path} is not a checkpoint written by common.training")
     if not state.get("done"):
