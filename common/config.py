@@ -201,6 +201,7 @@ def check_decoder_labels(config: dict) -> None:
             if key not in used[name]:
                 raise UserError(f"config profiles/{name}/cross/decoder_config/{key}: no group of profile "
                                 f"{name!r} runs {key!r}; labels in use: {', '.join(sorted(used[name]))}")
+        check_bench_subsets(name, p)
         for place, labels in label_lists(p).items():
             for label in labels:
                 where = f"config profiles/{name}/{place}"
@@ -211,6 +212,31 @@ def check_decoder_labels(config: dict) -> None:
                 if "@" in label and label not in own and label not in shared:
                     raise UserError(f"{where}: label {label!r} has no decoder_config entry "
                                     "(a variant label names its options there)")
+
+
+def check_bench_subsets(name: str, profile_raw: Mapping) -> None:
+    """Raise UserError where a section's ``bench/decoders_by_dataset`` names a dataset the
+    benchmark does not run or a decoder outside its ``decoders`` (the rule's inputs and options
+    come from ``decoders``, so a subset is all a dataset may narrow it to)."""
+    for sec_name, sec in profile_raw.items():
+        bench = sec.get("bench") if isinstance(sec, Mapping) else None
+        if not isinstance(bench, Mapping):
+            continue
+        for ds, labels in (bench.get("decoders_by_dataset") or {}).items():
+            where = f"config profiles/{name}/{sec_name}/bench/decoders_by_dataset/{ds}"
+            if ds not in bench["datasets"]:
+                raise UserError(f"{where}: the benchmark runs no dataset {ds!r}; valid: {', '.join(bench['datasets'])}")
+            extra = [l for l in labels if l not in bench["decoders"]]
+            if extra:
+                raise UserError(f"{where}: {', '.join(extra)} not among the benchmark's decoders; "
+                                f"valid: {', '.join(bench['decoders'])}")
+
+
+def bench_decoders(bench: Mapping, dataset: str) -> list[str]:
+    """The decoder labels a section's benchmark runs on ``dataset`` (``decoders_by_dataset``'s
+    subset where it names the dataset, else every decoder), in ``decoders``' order."""
+    subset = (bench.get("decoders_by_dataset") or {}).get(dataset)
+    return [d for d in bench["decoders"] if subset is None or d in subset]
 
 
 def load_config(config: dict | None = None) -> dict:

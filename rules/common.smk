@@ -3,7 +3,7 @@ import json
 import os
 from pathlib import Path
 
-from common.config import group_config, labels_config, rule_resources as _rule_resources
+from common.config import bench_decoders, group_config, labels_config, rule_resources as _rule_resources
 from common.models import MODELS, checkpoint_dir
 
 
@@ -119,18 +119,31 @@ def group_decoder_config(wildcards):
     return with_components(group_config(P, wildcards.group))
 
 
-def section_bench_inputs(section):
-    """Input function of a paper section's benchmark rule: the model and the components its
-    decoders name."""
+def section_bench_inputs(section, wildcard):
+    """Input function of a paper section's benchmark rule: the model and the components named
+    by the decoders it runs on the dataset of ``wildcard``."""
     def inputs(wildcards):
-        return components_of(labels_config(P, P.raw[section]["bench"]["decoders"]))
+        return components_of(labels_config(P, bench_decoders(P.raw[section]["bench"], wildcards[wildcard])))
     inputs.__name__ = f"{section}_bench_inputs"
     return inputs
 
 
-def section_bench_config(section):
-    """A paper section's benchmark options as JSON (placeholders replaced)."""
-    return with_components(labels_config(P, P.raw[section]["bench"]["decoders"]))
+def section_bench_decoders(section, wildcard):
+    """Param function of a paper section's benchmark rule: the decoders (comma-separated) it runs
+    on the dataset of ``wildcard`` (``bench/decoders_by_dataset`` may narrow them per dataset)."""
+    def decoders(wildcards):
+        return ",".join(bench_decoders(P.raw[section]["bench"], wildcards[wildcard]))
+    decoders.__name__ = f"{section}_bench_decoders"
+    return decoders
+
+
+def section_bench_config(section, wildcard):
+    """Param function of a paper section's benchmark rule: the options (JSON, placeholders
+    replaced) of the decoders it runs on the dataset of ``wildcard``."""
+    def config(wildcards):
+        return with_components(labels_config(P, bench_decoders(P.raw[section]["bench"], wildcards[wildcard])))
+    config.__name__ = f"{section}_bench_config"
+    return config
 
 
 def parent_of_heads(wildcards, output):

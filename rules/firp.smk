@@ -52,7 +52,7 @@ rule firp_cosine:
 # The decoding benchmark of one dataset: the section's decoders (vanilla, self-speculative, Medusa
 # and FIRP per tree size; options in config decoder_config), interleaved per prompt; resumable.
 rule firp_bench:
-    input: section_bench_inputs("firp")
+    input: section_bench_inputs("firp", "firpset")
     output: f"{FIRP_RAW}/bench_{{firpset}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/firp_bench_{{firpset}}.log"
@@ -62,7 +62,7 @@ rule firp_bench:
     resources: **rule_resources("firp_bench")
     params:
         env=ENV, py=PY, p=P, b=FIRP["bench"], n=firp_bench_prompts,
-        decoders=",".join(FIRP["bench"]["decoders"]), dcfg=section_bench_config("firp"),
+        decoders=section_bench_decoders("firp", "firpset"), dcfg=section_bench_config("firp", "firpset"),
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.firpset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"

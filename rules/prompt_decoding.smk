@@ -36,7 +36,7 @@ rule pd_train:
 # The decoding benchmark of one dataset: the section's decoders (vanilla, Medusa and prompt decoding
 # at every tree size; options in config decoder_config), interleaved per prompt; resumable.
 rule pd_bench:
-    input: section_bench_inputs("prompt_decoding")
+    input: section_bench_inputs("prompt_decoding", "pdset")
     output: f"{PD_RAW}/bench_{{pdset}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/pd_bench_{{pdset}}.log"
@@ -46,7 +46,7 @@ rule pd_bench:
     resources: **rule_resources("pd_bench")
     params:
         env=ENV, py=PY, p=P, b=PD["bench"], n=pd_bench_prompts,
-        decoders=",".join(PD["bench"]["decoders"]), dcfg=section_bench_config("prompt_decoding"),
+        decoders=section_bench_decoders("prompt_decoding", "pdset"), dcfg=section_bench_config("prompt_decoding", "pdset"),
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.pdset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"

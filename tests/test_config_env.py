@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import load_profile
+from common.config import bench_decoders, load_profile
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +83,34 @@ def test_decoder_labels_checked(edit, msg):
     with pytest.raises(UserError, match=re.escape(msg)) as e:
         load_profile(_with(edit), "smoke")
     assert "\n" not in str(e.value)
+
+
+def _pd_bench(c):
+    return c["profiles"]["smoke"]["prompt_decoding"]["bench"]
+
+
+@pytest.mark.parametrize("edit,msg", [
+    (lambda c: _pd_bench(c)["decoders_by_dataset"].update({"gsm8k": ["vanilla", "prompt_decoding@t8"]}),
+     "decoders_by_dataset/gsm8k: the benchmark runs no dataset 'gsm8k'; valid: mt-bench, humaneval"),
+    (lambda c: _pd_bench(c)["decoders_by_dataset"].update({"humaneval": ["vanilla", "medusa@t63"]}),
+     "decoders_by_dataset/humaneval: medusa@t63 not among the benchmark's decoders; valid: vanilla,"),
+    (lambda c: _pd_bench(c)["decoders_by_dataset"].update({"humaneval": ["prompt_decoding@t8", "medusa@t16"]}),
+     "does not contain"),
+])
+def test_bench_subsets_checked(edit, msg):
+    """A per-dataset decoder subset must name a dataset the benchmark runs and only its decoders
+    (the rule's inputs and options come from the full list), vanilla among them."""
+    with pytest.raises(UserError, match=re.escape(msg)) as e:
+        load_profile(_with(edit), "smoke")
+    assert "\n" not in str(e.value)
+
+
+def test_bench_decoders_per_dataset():
+    bench = {"datasets": {"a": 1, "b": 1}, "decoders": ["vanilla", "x@1", "y", "x@2"],
+             "decoders_by_dataset": {"b": ["x@2", "vanilla"]}}
+    assert bench_decoders(bench, "a") == ["vanilla", "x@1", "y", "x@2"]
+    assert bench_decoders(bench, "b") == ["vanilla", "x@2"]  # the list's order, not the subset's
+    assert bench_decoders({k: v for k, v in bench.items() if k != "decoders_by_dataset"}, "b") == bench["decoders"]
 
 
 def test_shared_decoder_config_merged_and_overridable():
