@@ -94,9 +94,14 @@ def test_early_stopping_writes_the_held_out_curve(tiny, tmp_path):
     import json
     data = (sequences(8), sequences(4, seed=1))
     cfg = dataclasses.replace(CFG, eval_every=2, patience=2, min_delta=0.0)
-    s = H.train_heads(tiny, None, LAYERS, cfg, tmp_path, sequences=data, curve_path=tmp_path / "curve.jsonl",
-                      evaluate_holdout=False)
+    s = H.train_heads(tiny, None, LAYERS, cfg, tmp_path, sequences=data, curve_path=tmp_path / "curve.jsonl")
     curve = [json.loads(line) for line in (tmp_path / "curve.jsonl").read_text().splitlines()]
+    # the untrained evaluation is the curve's first point, not a second pass; after: the trained heads
+    assert s["holdout_before"] == curve[0]["detail"]
+    untrained = H.evaluate(tiny, H.new_heads(tiny, LAYERS), data[1])
+    for k, v in untrained.items():
+        assert s["holdout_before"][k] == (v if k == "tokens" else pytest.approx(v))
+    assert s["holdout_after"][str(LAYERS[0])]["loss"] < s["holdout_before"][str(LAYERS[0])]["loss"]
     assert curve[0]["step"] == 0 and [c["step"] for c in curve[1:]] == list(range(2, s["steps"] + 1, 2))
     for c in curve:
         assert len(c["heldout_match_by_layer"]) == len(LAYERS) and len(c["heldout_loss"]) == len(LAYERS)
