@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,7 +64,8 @@ class Stopping:
             ``patience`` evaluations beats the best before them by less than this.
         metric: key of the ``evaluate`` result to watch, larger is better (e.g. head-1 top-1).
         wall_budget_s: stop (after one last evaluation) once training and evaluation have taken
-            this long, counted across resumes; None: no budget.
+            this long, counted across resumes; None: no budget. A run stopped by its budget
+            continues when it is resumed with a larger one.
     """
     eval_every: int
     patience: int = 3
@@ -91,6 +93,27 @@ def _scalar(v) -> float:
     return float(v[0] if isinstance(v, (list, tuple)) else v)
 
 
+def run_path(ckpt_path: Path) -> Path:
+    """Where a run keeps its latest state: beside the final checkpoint, under a name no rule
+    declares. Snakemake deletes a job's outputs when the job starts, so a training interrupted
+    and rerun through the workflow still finds its state here and resumes; the final
+    checkpoint is published (hard-linked) from it when the run ends."""
+    ckpt_path = Path(ckpt_path)
+    return ckpt_path.with_name(ckpt_path.name + ".run")
+
+
+def _publish(work: Path, ckpt_path: Path) -> None:
+    """Make the finished run's state the final checkpoint, atomically (a hard link: no copy of
+    what may be gigabytes of optimizer state; a copy where links are not possible)."""
+    tmp = ckpt_path.with_name(ckpt_path.name + ".link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(work, tmp)
+    except OSError:
+        shutil.copyfile(work, tmp)
+    os.replace(tmp, ckpt_path)
+
+
 def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.nn.Module, list], torch.Tensor],
           cfg: TrainConfig, ckpt_path: Path, log_path: Path | None = None, meta: dict | None = None,
           desc: str = "train", evaluate: Callable[[torch.nn.Module], dict] | None = None,
@@ -101,7 +124,9 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         examples: the training items; each epoch visits them in a seeded permutation, in
             batches of ``cfg.batch_size`` (lists handed to ``loss_fn``).
         loss_fn: ``(module, batch) -> scalar loss``.
-        ckpt_path: written every ``cfg.checkpoint_every`` steps and at the end (atomically).
+        ckpt_path: the finished checkpoint, published when the run ends; the run's state is
+            written every ``cfg.checkpoint_every`` steps (atomically) to :func:`run_path`, which
+            a rerun resumes from.
         log_path: JSONL of ``{step, epoch, loss, lr}`` per step (rewritten on resume).
         meta: stored in the checkpoint beside the config (e.g. base model, layer indices);
             resuming with a different ``meta`` is an error.
@@ -128,26 +153,32 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, warmup, cfg.schedule))
     identity = {"config": _identity_config(cfg), "meta": meta or {}, "n_examples": len(examples)}
     step, log, curve, wall, stopped = 0, [], [], 0.0, None
-    if ckpt_path.is_file():
-        state = torch.load(ckpt_path, weights_only=False)
+    work = run_path(ckpt_path)
+    source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
+    if source is not None:
+        state = torch.load(source, weights_only=False)
         if state["identity"] != identity:
-            raise UserError(f"checkpoint {ckpt_path} was trained with another config/data "
+            raise UserError(f"checkpoint {source} was trained with another config/data "
                             f"({state['identity']}); delete it or restore that config")
         module.load_state_dict(state["module"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step, log = state["step"], state["log"]
         curve, wall, stopped = state.get("curve", []), state.get("wall_s", 0.0), state.get("stopped")
+        if stopped == "wall budget" and stop is not None and (stop.wall_budget_s is None or wall < stop.wall_budget_s):
+            stopped = None  # the budget was raised: the run continues where it stopped, curve and all
     t_start = time.perf_counter() - wall  # wall time counts across resumes
 
     def save():
-        tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
-        ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = work.with_name(work.name + ".partial")
+        work.parent.mkdir(parents=True, exist_ok=True)
+        done = step >= total or stopped is not None
         torch.save({"identity": identity, "module": module.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(), "step": step, "log": log, "curve": curve,
-                    "wall_s": time.perf_counter() - t_start, "stopped": stopped,
-                    "done": step >= total or stopped is not None}, tmp)
-        os.replace(tmp, ckpt_path)
+                    "wall_s": time.perf_counter() - t_start, "stopped": stopped, "done": done}, tmp)
+        os.replace(tmp, work)
+        if done:
+            _publish(work, ckpt_path)
 
     def run_eval():
         module.eval()
@@ -197,6 +228,8 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         if step % cfg.checkpoint_every == 0 or step == total:
             save()
     bar.close()
+    if not ckpt_path.is_file() and work.is_file():
+        _publish(work, ckpt_path)  # a finished run whose published checkpoint was deleted (a rerun)
     module.eval()
     if log_path is not None:
         write_jsonl(log_path, log)
@@ -349,6 +382,9 @@ def fingerprint(model) -> dict:
 def read_trained(ckpt_path: Path, hint: str = "train it first") -> dict:
     """The state of a finished checkpoint (``identity``, ``module``, ...), read once."""
     ckpt_path = Path(ckpt_path)
+    if not ckpt_path.is_file() and run_path(ckpt_path).is_file():
+        raise UserError(f"checkpoint {ckpt_path} is from an unfinished run ({run_path(ckpt_path)}); "
+                        "rerun training to resume it")
     if not ckpt_path.is_file():
         raise UserError(f"checkpoint {ckpt_path} does not exist; {hint}")
     state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: callers often read only the metadata

@@ -49,7 +49,7 @@ from common.errors import UserError, cli_main
 from common.forward import num_layers
 from common.hardware import describe
 from common.prompts import encode_prompt
-from common.training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, train
+from common.training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, run_path, train
 
 from .config import HeadsConfig, check_probed_layers
 
@@ -202,7 +202,8 @@ def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_p
     ckpt = out_dir / "heads.pt"
     # With early stopping the curve's first point is the untrained heads' evaluation (a full
     # held-out pass, ~1.5 min on the embedded recipe): reuse it rather than evaluate twice.
-    before = evaluate(model, heads, holdout) if evaluate_holdout and (stop is None or ckpt.exists()) else None
+    resuming = ckpt.exists() or run_path(ckpt).exists()
+    before = evaluate(model, heads, holdout) if evaluate_holdout and (stop is None or resuming) else None
     t0 = time.perf_counter()
     log = train(heads, train_seqs, lambda mod, batch: heads_loss(model, mod, batch), train_config(cfg),
                 ckpt, log_path=log_path, meta=meta, desc="ppd heads",

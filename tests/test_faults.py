@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.training import run_path
+
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120  # only turns a hung subprocess into a failure; no test asserts on timing
 
@@ -134,7 +136,10 @@ def _train(tmp_path, ckpt: Path, pause: float, **kw):
 
 
 def _ckpt_step(ckpt: Path) -> int:
-    return torch.load(ckpt, weights_only=False)["step"] if ckpt.is_file() else 0
+    """The step of a run's latest state (common.training.run_path: the final checkpoint is
+    published only when the run ends)."""
+    state = run_path(ckpt)
+    return torch.load(state, weights_only=False)["step"] if state.is_file() else 0
 
 
 def test_killed_training_resumes_to_the_uninterrupted_parameters(tmp_path):
@@ -149,6 +154,7 @@ def test_killed_training_resumes_to_the_uninterrupted_parameters(tmp_path):
     proc.wait(DEADLINE_S)
     done = _ckpt_step(ckpt)  # the last checkpoint the killed run wrote (atomic: never half a file)
     assert 3 <= done < TOTAL_STEPS and not Path(str(ckpt) + ".result").exists()
+    assert not ckpt.exists()  # nothing at the final path: a rerun job's output deletion loses no state
 
     proc = _train(tmp_path, ckpt, 0.0)
     assert proc.wait(DEADLINE_S) == 0, proc.stderr.read()[-2000:]

@@ -4,6 +4,7 @@ import torch
 
 import ppd_pipelined.heads as H
 from common.errors import UserError
+from common.training import run_path
 from ppd_pipelined.config import HeadsConfig
 
 LAYERS = [1, 2]
@@ -62,7 +63,10 @@ def test_resume_equals_uninterrupted(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(H, "heads_loss", crash_after_5)
     with pytest.raises(KeyboardInterrupt):
         H.train_heads(tiny, None, LAYERS, CFG, tmp_path / "resumed", sequences=data, evaluate_holdout=False)
-    part = torch.load(tmp_path / "resumed" / "heads.pt", weights_only=False)
+    # the run's state sits beside the final checkpoint, which exists only once training ends
+    # (Snakemake deletes a rerun job's outputs; the state it resumes from is not one of them)
+    assert not (tmp_path / "resumed" / "heads.pt").exists()
+    part = torch.load(run_path(tmp_path / "resumed" / "heads.pt"), weights_only=False)
     assert part["step"] == 4 and not part["done"]  # the last checkpoint before the crash
     monkeypatch.setattr(H, "heads_loss", real)
     H.train_heads(tiny, None, LAYERS, CFG, tmp_path / "resumed", sequences=data, evaluate_holdout=False)
