@@ -155,6 +155,13 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     step, log, curve, wall, stopped = 0, [], [], 0.0, None
     work = run_path(ckpt_path)
     source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
+    if source == work and not ckpt_path.is_file() and \
+            torch.load(work, weights_only=False, mmap=True)["identity"] != identity:
+        # The published checkpoint is gone (a workflow rerun deletes it) and the config changed
+        # since: that state belongs to another recipe, so this run starts afresh.
+        tqdm.write(f"{desc}: {work} was trained with another config/data; starting afresh")
+        work.unlink()
+        source = None
     if source is not None:
         state = torch.load(source, weights_only=False)
         if state["identity"] != identity:

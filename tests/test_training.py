@@ -58,6 +58,21 @@ def test_checkpoint_identity_is_checked(tmp_path):
     with pytest.raises(UserError, match="trained for"):
         load_trained(fresh(), tmp_path / "c.pt", meta={"layer": 4})
     load_trained(fresh(), tmp_path / "c.pt", meta={"layer": 3})
+    # a workflow rerun deletes the published checkpoint: a changed recipe then starts afresh,
+    # the same recipe finds its finished state and publishes it again without training
+    (tmp_path / "c.pt").unlink()
+    changed = torch.nn.Linear(4, 3)
+    train(changed, DATA, loss_fn, TrainConfig(lr=0.01, epochs=1, batch_size=8), tmp_path / "c.pt", meta={"layer": 3})
+    assert read_trained(tmp_path / "c.pt")["identity"]["config"]["lr"] == 0.01
+    (tmp_path / "c.pt").unlink()
+    calls = {"n": 0}
+
+    def counting(m, b):
+        calls["n"] += 1
+        return loss_fn(m, b)
+    again = torch.nn.Linear(4, 3)
+    train(again, DATA, counting, TrainConfig(lr=0.01, epochs=1, batch_size=8), tmp_path / "c.pt", meta={"layer": 3})
+    assert calls["n"] == 0 and torch.equal(again.weight, changed.weight) and read_trained(tmp_path / "c.pt")["done"]
     with pytest.raises(UserError, match="does not exist"):
         load_trained(fresh(), tmp_path / "nope.pt")
     with pytest.raises(UserError, match="batch_size=0"):
