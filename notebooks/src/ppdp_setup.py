@@ -5,7 +5,8 @@
 # # Predictive Pipelined Decoding (ppd_pipelined): set-up
 # What the experiments ran with, read from their records: Table 1's prompt templates as the
 # code rendered them (`prompts_<task>.jsonl`) and Table 4's recipe for the intermediate heads
-# (`heads_meta.json`, `heads_train.jsonl`), beside the paper's values
+# (`heads_meta.json`, `heads_train.jsonl`, and the held-out learning curve `heads_curve.jsonl`),
+# beside the paper's values
 # (`ppd_pipelined/paper_numbers.yaml`). Every table names its model, data, profile and hardware.
 
 # %%
@@ -43,11 +44,14 @@ R.save_table(table, meta)
 
 # %% md [ppdp.table4]
 # ## Table 4: the intermediate heads' training recipe (from the checkpoint's metadata)
-# `used` is read from the metadata the training wrote, `paper` from the paper's Table 4.
+# `used` is read from the metadata the training wrote, `paper` from the paper's Table 4. The figure
+# shows the training loss and the held-out learning curve the early stopping watched (top-1 match
+# of each layer's head with the model's final layer, the quantity Table 2's "Y" rows report).
 
 # %% [ppdp.table4]
 hm = json.loads(open(R.path("heads_meta.json")).read())
 log = read_jsonl(R.path("heads_train.jsonl"))
+curve = read_jsonl(R.path("heads_curve.jsonl"))
 c, m = hm["config"], hm["meta"]
 paper4 = paper_numbers("table4")
 paper = paper4["values"]
@@ -62,7 +66,10 @@ extra = [("LR schedule", "-", "linear warmup, then linear decay (common.training
                                       f"({hm['train_tokens']} reply tokens), {m['excluded_eval_conversations']} "
                                       f"evaluation conversations excluded"),
          ("Layers", "each probed layer", ", ".join(map(str, m["layers"]))),
-         ("Steps", "-", hm["steps"]), ("Training wall time (s)", "8 A100 GPUs", round(hm["train_wall_s"], 1))]
+         ("Steps", "-", hm["steps"]), ("Training wall time (s)", "8 A100 GPUs", round(hm["train_wall_s"], 1)),
+         ("Stopped", "after the epochs", f"{hm.get('stopped')} (held-out check every {c.get('eval_every')} steps, "
+                                         f"patience {c.get('patience')}, min_delta {c.get('min_delta')}, "
+                                         f"budget {c.get('wall_budget_s')} s)")]
 rows += [{"hyperparameter": a, "paper": str(b), "used": str(v)} for a, b, v in extra]
 if hm.get("holdout_before") and hm.get("holdout_after"):
     b, a = hm["holdout_before"], hm["holdout_after"]
@@ -73,11 +80,20 @@ if hm.get("holdout_before") and hm.get("holdout_after"):
                                            f" / {x['match_final']:.3f} -> {y['match_final']:.3f}"
                                            f" ({b['tokens']} tokens, before -> after)"})
 table = pd.DataFrame(rows)
-fig, ax = plt.subplots(figsize=(5, 3))
-ax.plot([r["step"] for r in log], [r["loss"] for r in log], ".-")
+fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+ax.plot([r["step"] for r in log], [r["loss"] for r in log], ".-", ms=2, lw=0.6)
 ax.set_xlabel("step")
 ax.set_ylabel("training loss (mean CE over layers)")
-ax.set_title(f"PPD intermediate heads, {profile}")
+ax.set_title(f"PPD intermediate heads, {profile}: training")
+steps = [r["step"] for r in curve]
+for i, l in enumerate(m["layers"]):
+    ax2.plot(steps, [r["heldout_match_by_layer"][i] for r in curve], ".-", label=f"layer {l}")
+ax2.plot(steps, [r["heldout_match"] for r in curve], "k--", label="mean (watched)")
+ax2.set_xlabel("step")
+ax2.set_ylabel("held-out top-1 = final layer's")
+ax2.set_title("held-out learning curve")
+ax2.legend(fontsize=7)
+fig.tight_layout()
 R.save_figure(fig)
 differ = [k for k in paper if str(paper[k]) != str(used[k]).split(" (")[0]]
 rec = {"model": hm["model_name"], "profile": hm["profile"], "device": hm["device"], "dtype": hm["dtype"]}
