@@ -155,18 +155,17 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     step, log, curve, wall, stopped = 0, [], [], 0.0, None
     work = run_path(ckpt_path)
     source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
-    if source == work and not ckpt_path.is_file() and \
-            torch.load(work, weights_only=False, mmap=True)["identity"] != identity:
-        # The published checkpoint is gone (a workflow rerun deletes it) and the config changed
-        # since: that state belongs to another recipe, so this run starts afresh.
-        tqdm.write(f"{desc}: {work} was trained with another config/data; starting afresh")
-        work.unlink()
-        source = None
-    if source is not None:
-        state = torch.load(source, weights_only=False)
-        if state["identity"] != identity:
+    state = torch.load(source, weights_only=False) if source is not None else None
+    if state is not None and state["identity"] != identity:
+        if source != work or ckpt_path.is_file():
             raise UserError(f"checkpoint {source} was trained with another config/data "
                             f"({state['identity']}); delete it or restore that config")
+        # The published checkpoint is gone (a workflow rerun deletes it) and the recipe changed
+        # since: the run state belongs to another recipe, so this run starts afresh.
+        tqdm.write(f"{desc}: {work} was trained with another config/data; starting afresh")
+        work.unlink()
+        state = None
+    if state is not None:
         module.load_state_dict(state["module"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])

@@ -119,31 +119,29 @@ def group_decoder_config(wildcards):
     return with_components(group_config(P, wildcards.group))
 
 
+def _section_bench(section, wildcard, what, name):
+    """A wildcards function of a paper section's benchmark rule: ``what`` applied to the decoder
+    labels it runs on the dataset of ``wildcard`` (``bench/decoders_by_dataset`` may narrow
+    them per dataset)."""
+    def fn(wildcards):
+        return what(bench_decoders(P.raw[section]["bench"], wildcards[wildcard]))
+    fn.__name__ = f"{section}_bench_{name}"
+    return fn
+
+
 def section_bench_inputs(section, wildcard):
-    """Input function of a paper section's benchmark rule: the model and the components named
-    by the decoders it runs on the dataset of ``wildcard``."""
-    def inputs(wildcards):
-        return components_of(labels_config(P, bench_decoders(P.raw[section]["bench"], wildcards[wildcard])))
-    inputs.__name__ = f"{section}_bench_inputs"
-    return inputs
+    """Input function: the model and the components those decoders name."""
+    return _section_bench(section, wildcard, lambda ls: components_of(labels_config(P, ls)), "inputs")
 
 
 def section_bench_decoders(section, wildcard):
-    """Param function of a paper section's benchmark rule: the decoders (comma-separated) it runs
-    on the dataset of ``wildcard`` (``bench/decoders_by_dataset`` may narrow them per dataset)."""
-    def decoders(wildcards):
-        return ",".join(bench_decoders(P.raw[section]["bench"], wildcards[wildcard]))
-    decoders.__name__ = f"{section}_bench_decoders"
-    return decoders
+    """Param function: the decoder labels, comma-separated."""
+    return _section_bench(section, wildcard, ",".join, "decoders")
 
 
 def section_bench_config(section, wildcard):
-    """Param function of a paper section's benchmark rule: the options (JSON, placeholders
-    replaced) of the decoders it runs on the dataset of ``wildcard``."""
-    def config(wildcards):
-        return with_components(labels_config(P, bench_decoders(P.raw[section]["bench"], wildcards[wildcard])))
-    config.__name__ = f"{section}_bench_config"
-    return config
+    """Param function: the decoders' options as JSON (component placeholders replaced)."""
+    return _section_bench(section, wildcard, lambda ls: with_components(labels_config(P, ls)), "config")
 
 
 def parent_of_heads(wildcards, output):
