@@ -160,6 +160,33 @@ def validate(config: dict, schema_path: Path = CONFIG_DIR / "schema.yaml") -> No
         hint = f" ({e.schema['description']})" if isinstance(e.schema, dict) and "description" in e.schema else ""
         raise UserError(f"config invalid at {where}: {e.message}{hint}") from None
     check_decoder_labels(config)
+    for name, p in config["profiles"].items():
+        check_variant_refs(name, p)
+
+
+def check_variant_refs(name: str, profile_raw: Mapping) -> None:
+    """Raise UserError where a section's ``ablation`` lists or a variant's ``init_from`` name a
+    training (variant) the section does not define, or a variant starts from itself or from a
+    training of another shape (``m``, ``n``, ``mask``)."""
+    for sec_name, sec in profile_raw.items():
+        if not isinstance(sec, Mapping) or not isinstance(sec.get("variants"), Mapping):
+            continue
+        variants, where = sec["variants"], f"config profiles/{name}/{sec_name}"
+        for art, names in (sec.get("ablation") or {}).items():
+            unknown = [v for v in names if v not in variants]
+            if unknown:
+                raise UserError(f"{where}/ablation/{art}: no variant {', '.join(unknown)}; valid: {', '.join(variants)}")
+        for v, over in variants.items():
+            src = over.get("init_from")
+            if src is None:
+                continue
+            if src == v or src not in variants:
+                raise UserError(f"{where}/variants/{v}/init_from: {src!r} is not another variant; "
+                                f"valid: {', '.join(x for x in variants if x != v)}")
+            shape = lambda x: [{**sec.get("train", {}), **variants[x]}.get(k) for k in ("m", "n", "mask")]
+            if shape(src) != shape(v):
+                raise UserError(f"{where}/variants/{v}/init_from: {src!r} has m, n, mask {shape(src)}, "
+                                f"{v!r} has {shape(v)}; valid: a variant of the same shape")
 
 
 def label_lists(profile_raw: Mapping) -> dict[str, list[str]]:

@@ -36,27 +36,44 @@ from common.training import fingerprint, load_trained, save_trained
 from common.tree import TreeBuffers, build_tree, load_tree
 from common.tree_search import PRIOR_ACC
 
-from .prompts import MASKS, PromptTokens
+from .prompts import MASKS, Extras, PromptTokens
 from .sparse_tree import StateTree, best_split, static
 
 
 
-# Checkpoint meta that says how prompt tokens were trained (the trainer's), beside prompts_meta.
-TRAINING_KEYS = ("distill", "cuts", "init_text")
-
-
-def prompts_meta(model, m: int, n: int, mask: str) -> dict:
-    """What a prompt-token checkpoint is tied to: the base model and its own shape."""
-    return {**fingerprint(model), "m": m, "n": n, "mask": mask}
+def prompts_meta(model, m: int, n: int, mask: str, extras: Extras = Extras()) -> dict:
+    """What a prompt-token checkpoint is tied to: the base model, its own shape, and the
+    appendix options that differ from the paper's method."""
+    return {**fingerprint(model), "m": m, "n": n, "mask": mask, **extras.meta()}
 
 
 def new_prompts(model, m: int = 3, n: int = 1, mask: str = "ensemble", seed: int = 0,
-                init: torch.Tensor | None = None) -> PromptTokens:
+                init: torch.Tensor | None = None, extras: Extras = Extras()) -> PromptTokens:
     """Untrained prompt tokens for ``model``, on its device and dtype (made on the CPU with a
-    seeded generator first, whatever the default device); ``init``: see :class:`PromptTokens`."""
+    seeded generator first, whatever the default device); ``init``: see :class:`PromptTokens`.
+    A custom head starts as a copy of the LM head; prefixes start from the keys and values the
+    model computes for the last ``extras.prefix`` init embeddings (small random ones without)."""
+    head_init = model.lm_head.weight.detach().float().cpu() if extras.head else None
+    prefix_init = _prefix_init(model, init, extras.prefix, seed) if extras.prefix else None
     with torch.device("cpu"):
-        p = PromptTokens(model.config.hidden_size, m, n, mask, init=None if init is None else init.cpu(), seed=seed)
+        p = PromptTokens(model.config.hidden_size, m, n, mask, init=None if init is None else init.cpu(), seed=seed,
+                         extras=extras, head_init=head_init, prefix_init=prefix_init)
     return p.to(model.device, model.dtype)
+
+
+@torch.no_grad()
+def _prefix_init(model, init: torch.Tensor | None, p: int, seed: int) -> torch.Tensor:
+    """``[d, 2, kv_heads, p, head_dim]`` starting keys/values of one prompt token's prefix."""
+    if init is None:
+        c = model.config
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        shape = (c.num_hidden_layers, 2, getattr(c, "num_key_value_heads", None) or c.num_attention_heads, p, hd)
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 0.02
+    init = init.reshape(-1, init.shape[-1])
+    cache = model(inputs_embeds=init[None].to(model.device, model.dtype), use_cache=True).past_key_values
+    k = init.shape[0]
+    take = (torch.arange(p) + k - p) % k                                  # the last p positions (cycled if k < p)
+    return torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in cache.layers])[:, :, :, take].float().cpu()
 
 
 def node_prompt_injection(tree: TreeBuffers, prompts: PromptTokens, carry: list[int], past: int) -> Injection:
@@ -128,10 +145,8 @@ class PromptProposer(Proposer):
         last = int(result.path[-1])
         start, count = block_rows(self.carry, self.prompts.n, last)
         hidden = result.verified.extra_hidden[start:start + count]             # [k*n, H]
-        logits = self.target.model.lm_head(hidden)                            # [k*n, V]
         self.head_rows += count
-        k = count // self.prompts.n
-        guesses = logits.unflatten(0, (k, self.prompts.n)).mean(1)            # [k, V] EPT average
+        guesses = self.prompts.readout(hidden, self.target.model.lm_head)     # [k, V]
         self.guesses = guesses.topk(self.width, dim=-1).indices
 
     def stats(self) -> dict:
@@ -174,15 +189,20 @@ class PromptDecoding(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        def meta_for(meta):  # how they were trained (TRAINING_KEYS) is not checked against the model
+        def meta_for(meta):  # how they were trained (distill, cuts, ...) is not checked against the model
             m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
             if mask not in MASKS:
                 return {"mask": f"one of {MASKS}"}
-            return {**prompts_meta(model, m, n, mask), **{k: meta[k] for k in TRAINING_KEYS if k in meta}}
+            return {**meta, **prompts_meta(model, m, n, mask, Extras.from_meta(meta))}
         _, state = self.trained_component("prompt_tokens", "prompts.pt", "python -m prompt_decoding.train", meta_for)
         meta = state["identity"]["meta"]
-        m, n, mask = meta["m"], meta["n"], meta["mask"]
-        self.prompts = new_prompts(model, m, n, mask)
+        m, n, mask, extras = meta["m"], meta["n"], meta["mask"], Extras.from_meta(meta)
+        if extras.prefix or extras.exits > 1:
+            raise UserError(f"prompt tokens at {self.cfg['prompt_tokens']} were trained with "
+                            f"{'prefix tuning' if extras.prefix else 'a multi-exit ensemble'}, an accuracy ablation "
+                            "(the paper's Appendix B); valid for decoding: checkpoints without prefix or exits "
+                            "(average or learned EPT weights, with or without a custom head)")
+        self.prompts = new_prompts(model, m, n, mask, extras=extras)
         load_trained(self.prompts, state)
         self.trees = self.make_trees(self.cfg["tree"], state.get("acc") or PRIOR_ACC, m)
 

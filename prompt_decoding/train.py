@@ -39,8 +39,9 @@ from common.cache import crop_to
 from common.errors import UserError, check_range, cli_main
 from common.forward import final_norm, num_layers, run_layers
 from common.seqtrain import cuts_loss, teacher_forward
+from common.training import fingerprint, read_trained
 
-from .prompts import MASKS, PromptTokens
+from .prompts import AGGREGATIONS, MASKS, Extras, PromptTokens
 
 ALPHA = 0.8  # the decay ratio of eq. 1 (Medusa's head weighting)
 INIT_TEXT = "the next words are"  # the paper initialises from "normal text token embeddings"
@@ -53,20 +54,30 @@ def cut_logits(model, prompts: PromptTokens, cache, cuts: torch.Tensor, length: 
         cache: the sequence's cache (``length`` positions; restored to them on return).
         cuts: ``[B]`` positions ``t``; block ``b``'s prompt tokens sit at ``t_b + 1 ..``.
     Returns:
-        ``[B, m, V]`` EPT-averaged logits (with gradients into ``prompts``).
+        ``[B, m, V]`` guess logits (:meth:`PromptTokens.readout`, with gradients into ``prompts``).
     """
     m, n, dev = prompts.m, prompts.n, cuts.device
-    B, e = cuts.numel(), m * n
+    B, e, d = cuts.numel(), m * n, num_layers(model)
     states = prompts.embeddings.reshape(e, -1).repeat(B, 1)                         # [B*e, H]
     j = torch.arange(m, device=dev).repeat_interleave(n)                            # prompt token of each EPT
     pos = (cuts[:, None] + 1 + j[None]).reshape(-1)                                 # [B*e]
     block = torch.arange(B, device=dev).repeat_interleave(e)
     allow = (block[:, None] == block[None, :]) & prompts.allow(dev).repeat(B, B)    # own block, EPT mask
     past_allow = torch.arange(length, device=dev)[None, :] <= cuts[block][:, None]  # each cut's prefix
-    h = run_layers(model, states[None].to(model.dtype), cache, 0, num_layers(model), pos[None], allow, past_allow)
-    crop_to(cache, length)  # the prompt positions are never kept
-    logits = model.lm_head(final_norm(model, h[0]))                                  # [B*e, V]
-    return prompts.aggregate(logits.view(B, e, -1))
+    if prompts.prefix_kv is not None:  # B.3: every layer's cache gains the prefixes, seen by their own prompt token
+        for layer in range(d):
+            kv = prompts.prefix_kv[layer].to(model.dtype)                           # [2, kvh, m*p, hd]
+            cache.update(kv[0][None], kv[1][None], layer)
+        past_allow = torch.cat([past_allow, prompts.prefix_allow(dev).repeat(B, 1)], dim=1)
+    k = prompts.extras.exits
+    h = run_layers(model, states[None].to(model.dtype), cache, 0, d - k + 1, pos[None], allow, past_allow)
+    if k > 1:  # B.7: the average of the last k layers' outputs
+        outs = [h]
+        for layer in range(d - k + 1, d):
+            outs.append(run_layers(model, outs[-1], cache, layer, layer + 1, pos[None], allow, past_allow))
+        h = torch.stack(outs).mean(0)
+    crop_to(cache, length)  # the prefix and prompt positions are never kept
+    return prompts.readout(final_norm(model, h[0]).view(B, e, -1), model.lm_head)   # [B, m, V]
 
 
 def sequence_loss(model, prompts: PromptTokens, ids: torch.Tensor, cuts: torch.Tensor, distill: bool = True,
@@ -116,11 +127,35 @@ def text_init(model, tokenizer, text: str) -> torch.Tensor:
 
 
 def check_options(m: int, n: int, cuts: int, eval_seqs: int) -> None:
-    """The trainer's own settings (the entry point checks them before loading anything)."""
+    """The trainer's own settings (the entry point checks them before loading anything;
+    :class:`Extras` checks its own on construction)."""
     check_range("--m", m, 1, 16)
     check_range("--n", n, 1, 512)
     check_range("--cuts", cuts, 1)
     check_range("--eval-seqs", eval_seqs, 1)
+
+
+def check_extras_fit(model, extras: Extras) -> None:
+    """Options that depend on the model: the exits must be layers of it."""
+    d = num_layers(model)
+    if extras.exits > d:
+        raise UserError(f"--exits {extras.exits} is out of range for a {d}-layer model; valid: 1..{d}")
+
+
+def init_from_stage1(prompts: PromptTokens, path: Path, model) -> dict:
+    """Two-stage training (B.4): start the prompt embeddings from a finished training of the
+    same shape on the same model (``path``: its ``prompts.pt``); returns that run's stats
+    fields worth carrying (its steps and wall time)."""
+    state = read_trained(Path(path), hint="train the first stage first (python -m prompt_decoding.train)")
+    meta = state["identity"]["meta"]
+    want = {k: meta.get(k) for k in ("m", "n", "mask")}
+    if want != {"m": prompts.m, "n": prompts.n, "mask": prompts.mask} or \
+            {k: meta.get(k) for k in fingerprint(model)} != fingerprint(model):
+        raise UserError(f"--init-from {path} holds prompt tokens trained for {meta}; valid: m={prompts.m}, "
+                        f"n={prompts.n}, mask={prompts.mask} on {fingerprint(model)}")
+    with torch.no_grad():
+        prompts.embeddings.copy_(state["module"]["embeddings"])
+    return {"init_from": str(path), "stage1_steps": state["step"], "stage1_wall_s": state.get("wall_s")}
 
 
 def make_loss(model, seqs: list[tuple[torch.Tensor, int]], cuts: int, distill: bool):
@@ -131,7 +166,8 @@ def make_loss(model, seqs: list[tuple[torch.Tensor, int]], cuts: int, distill: b
 
 def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3, n: int = 1,
                   mask: str = "ensemble", cuts: int = 16, distill: bool = True, init_text: str = INIT_TEXT,
-                  eval_seqs: int = 16, curve_path: Path | None = None, text_seqs=None) -> dict:
+                  eval_seqs: int = 16, curve_path: Path | None = None, text_seqs=None,
+                  extras: Extras = Extras(), init_from: Path | None = None) -> dict:
     """Train ``m x n`` prompt tokens; returns the stats (also written to ``out/stats.json``).
 
     Args:
@@ -139,13 +175,18 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
         eval_seqs: held-out sequences the learning curve is measured on (the final accuracy
             table uses all of them).
         text_seqs: the no-distillation variant's training sequences (reference replies).
+        extras: Appendix B's options (:class:`prompt_decoding.prompts.Extras`).
+        init_from: a finished training's ``prompts.pt`` to start the embeddings from (the
+            second stage of the custom head's two-stage training).
     """
     from common.training import finish_with_accuracy, train
 
     from .decoding import new_prompts, prompts_meta
 
     check_options(m, n, cuts, eval_seqs)
-    prompts = new_prompts(model, m, n, mask, seed=cfg.seed, init=text_init(model, tokenizer, init_text))
+    check_extras_fit(model, extras)
+    prompts = new_prompts(model, m, n, mask, seed=cfg.seed, init=text_init(model, tokenizer, init_text), extras=extras)
+    stage1 = init_from_stage1(prompts, init_from, model) if init_from is not None else {}
     seqs = data["train"] if distill else text_seqs
     held = data["heldout"]
     curve_seqs, curve_starts = [s for s, _ in held[:eval_seqs]], [t for _, t in held[:eval_seqs]]
@@ -156,13 +197,15 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
 
     out = Path(out)
     ckpt = out / "prompts.pt"
-    meta = {**prompts_meta(model, m, n, mask), "distill": distill, "cuts": cuts, "init_text": init_text}
+    meta = {**prompts_meta(model, m, n, mask, extras), "distill": distill, "cuts": cuts, "init_text": init_text,
+            **({"init_from": stage1["init_from"]} if stage1 else {})}
     t0 = time.perf_counter()
     train(prompts, list(range(len(seqs))), make_loss(model, seqs, cuts, distill), cfg, ckpt, meta=meta,
           desc="prompt tokens", evaluate=evaluate, stop=stop, curve_path=out / "curve.jsonl")
     acc = guess_accuracy(model, prompts, [s for s, _ in held], [t for _, t in held], topk=10)
     return finish_with_accuracy(ckpt, prompts, model, acc, out, curve_path, t0, m=m, n=n, mask=mask, distill=distill,
-                                cuts=cuts, init_text=init_text, train_sequences=len(seqs), heldout_sequences=len(held))
+                                cuts=cuts, init_text=init_text, train_sequences=len(seqs), heldout_sequences=len(held),
+                                **extras.meta(), **stage1)
 
 
 def _main(argv=None) -> None:
@@ -179,6 +222,13 @@ def _main(argv=None) -> None:
                         help="cross-entropy on ShareGPT's reference replies instead of KL to the model (ablation)")
         ap.add_argument("--init-text", default=INIT_TEXT, help="the prompt tokens start from its token embeddings")
         ap.add_argument("--eval-seqs", type=int, default=16, help="held-out sequences per curve point")
+        ap.add_argument("--aggregation", choices=AGGREGATIONS, default="average",
+                        help="how a prompt token's EPT logits combine (learned: a trained weight per EPT; B.6)")
+        ap.add_argument("--head", action="store_true", help="train a custom decoding head for the prompt tokens (B.4)")
+        ap.add_argument("--prefix", type=int, default=0, help="prefix-tuning tokens per prompt token (B.3)")
+        ap.add_argument("--exits", type=int, default=1, help="average the last k layers' outputs (multi-exit, B.7)")
+        ap.add_argument("--init-from", type=Path, default=None,
+                        help="a finished training's prompts.pt to start from (the custom head's second stage)")
 
     def run(a, model, tok, data, cfg, stop):
         text = None
@@ -187,14 +237,20 @@ def _main(argv=None) -> None:
                     sharegpt_text(tok, a.prompts, skip=a.heldout_prompts, max_len=a.max_prompt_tokens + a.answer_tokens,
                                   max_prompt_tokens=a.max_prompt_tokens)]
         stats = train_prompts(model, tok, data, a.out, cfg, stop, a.m, a.n, a.mask, a.cuts, not a.no_distill,
-                              a.init_text, a.eval_seqs, a.curve_out, text)
+                              a.init_text, a.eval_seqs, a.curve_out, text, extras_of(a), a.init_from)
         print("held-out top-1 per distance:", [round(x, 3) for x in stats["heldout_top1"]])
         return stats
 
     component_main("train prompt tokens (parallel prompt decoding) on the model's own greedy answers", add_args,
                    run, (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-2, batch_size=1, eval_every=50,
                    warmup_frac=0.0, schedule="cosine",
-                   check_args=lambda a: check_options(a.m, a.n, a.cuts, a.eval_seqs))
+                   check_args=lambda a: (check_options(a.m, a.n, a.cuts, a.eval_seqs), extras_of(a),
+                                         a.init_from is None or read_trained(a.init_from)))
+
+
+def extras_of(a) -> Extras:
+    """The appendix options of the command line (checked on construction)."""
+    return Extras(aggregation=a.aggregation, head=a.head, prefix=a.prefix, exits=a.exits)
 
 
 if __name__ == "__main__":

@@ -190,6 +190,33 @@ def pd_stopping_flags(wildcards):
     return stopping_flags(pd_train_config(wildcards))
 
 
+def pd_train_inputs(wildcards):
+    """The corpora, and the finished training a variant with ``init_from`` starts from."""
+    ins = {"corpus": f"{COMP}/corpus.pt", "seqcorpus": f"{COMP}/seqcorpus.pt"}
+    src = pd_train_config(wildcards).get("init_from")
+    if src:
+        ins["init"] = f"{COMP}/prompt_tokens/{src}/prompts.pt"
+    return ins
+
+
+def pd_variant_flags(wildcards):
+    """A variant's appendix options (prompt_decoding.train's flags), only where they differ from
+    the paper's method."""
+    c = pd_train_config(wildcards)
+    flags = [] if c.get("distill", True) else ["--no-distill"]
+    if c.get("aggregation", "average") != "average":
+        flags.append(f"--aggregation {c['aggregation']}")
+    if c.get("head"):
+        flags.append("--head")
+    if c.get("prefix"):
+        flags.append(f"--prefix {c['prefix']}")
+    if c.get("exits", 1) != 1:
+        flags.append(f"--exits {c['exits']}")
+    if c.get("init_from"):
+        flags.append(f"--init-from {pd_train_inputs(wildcards)['init']}")
+    return " ".join(flags)
+
+
 def pd_bench_prompts(wildcards):
     return P.raw["prompt_decoding"]["bench"]["datasets"][wildcards.pdset]
 

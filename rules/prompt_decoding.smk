@@ -1,6 +1,7 @@
 # Parallel prompt decoding: prompt tokens trained on the base model's greedy answers (frozen
 # model, only the embeddings learn), their held-out accuracy per distance (the sparse tree's
-# input) stored in the checkpoint. Raw statistics and learning curves under <root>/prompt_decoding/raw/.
+# input) stored in the checkpoint; one training per variant (the appendix ablations too). Raw
+# statistics and learning curves under <root>/prompt_decoding/raw/.
 PD = P.raw["prompt_decoding"]
 PD_RAW = f"{ROOT}/prompt_decoding/raw"
 
@@ -11,7 +12,7 @@ wildcard_constraints:
 
 
 rule pd_train:
-    input: corpus=f"{COMP}/corpus.pt", seqcorpus=f"{COMP}/seqcorpus.pt"
+    input: unpack(pd_train_inputs)
     output:
         ckpt=f"{COMP}/prompt_tokens/{{pdv}}/prompts.pt",
         stats=f"{PD_RAW}/train_{{pdv}}_stats.json",
@@ -23,13 +24,13 @@ rule pd_train:
     resources: **rule_resources("pd_train")
     params:
         env=ENV, py=PY, m=P.model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
-        stop=pd_stopping_flags,
+        stop=pd_stopping_flags, extra=pd_variant_flags,
     shell:
         "{params.env} {params.py} -m prompt_decoding.train --model {params.m} --out {params.out}"
         " --corpus {input.seqcorpus} --prompts {params.s[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
         " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
-        " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
+        " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop} {params.extra}"
         " --stats-out {output.stats} --curve-out {output.curve} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 

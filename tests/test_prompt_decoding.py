@@ -102,7 +102,7 @@ def test_training_logits_equal_the_decoding_forwards(chaotic_llama, m, n, mask):
         target.start(ids[None, :t])                       # the cache holds positions < t
         inj = node_prompt_injection(root, prompts, [m], target.length)
         _, v = target.verify(ids[t:t + 1], root, [inj])
-        want = prompts.aggregate(model.lm_head(v.extra_hidden))
+        want = prompts.readout(v.extra_hidden, model.lm_head)
         assert torch.allclose(got[b], want, atol=1e-4), (t, (got[b] - want).abs().max())
 
 

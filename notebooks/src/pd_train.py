@@ -37,9 +37,18 @@ stats = {Path(p).name.removeprefix("train_").removesuffix("_stats.json"): json.l
 curves = {Path(p).name.removeprefix("train_").removesuffix("_curve.jsonl"): pd.DataFrame(read_jsonl(p))
           for p in inputs if p.endswith("_curve.jsonl")}
 medusa = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("medusa_stats.json")), None)
-main = stats["main"]
-by_n = dict(sorted(((s["n"], name) for name, s in stats.items() if s["mask"] == main["mask"] and s["distill"]),
-                   key=lambda t: t[0]))
+ref_name = next(iter(stats))                 # the first training an artifact compares: its reference
+main = stats.get("main", stats[ref_name])
+EXTRAS = ("aggregation", "head", "prefix", "exits", "init_from")  # appendix options (stats carry them when set)
+
+
+def plain(s):
+    """The paper's method, differing from main at most in the EPT count."""
+    return (s["mask"] == "ensemble" and s["distill"] and not any(k in s for k in EXTRAS)
+            and s["config"]["batch_size"] == main["config"]["batch_size"])
+
+
+by_n = dict(sorted((s["n"], name) for name, s in stats.items() if plain(s)))
 meta = {"model": main["model"], "profile": profile,
         "data": (f"trained on greedy answers to {main['train_sequences']} ShareGPT prompts; measured on greedy "
                  f"answers to {main['heldout_sequences']} held-out ShareGPT prompts (every cut)"),
@@ -53,6 +62,38 @@ def accumulated(acc):
     return np.cumsum(np.asarray(acc), axis=1)
 
 
+COLS = ["acc1_top1", "acc1_top5", "acc2_top1", "acc2_top5"]
+
+
+def acc_cols(s):
+    """The appendix tables' four numbers (distance 1 and 2, top-1 and top-5) of a training,
+    on every cut of the held-out answers, and what it cost."""
+    a = accumulated(s["acc"])
+    return {**dict(zip(COLS, [a[0, 0], a[0, 4], a[1, 0], a[1, 4]])), "steps": s["steps"], "stopped": s["stopped"],
+            "train_min": round((s["train_wall_s"] + (s.get("stage1_wall_s") or 0)) / 60, 1), "params": s["params"]}
+
+
+def ablation_table(key, paper_rows):
+    """Ours per training (in the ablation's order) beside the paper's row of the same setting
+    (``key(stats) -> the paper's row name``)."""
+    rows = [{"variant": name, "setting": key(s), **acc_cols(s)} for name, s in stats.items()]
+    t = pd.DataFrame(rows)
+    for c_i, c in enumerate(COLS):
+        t[f"paper_{c}"] = [paper_rows.get(k, [None] * 4)[c_i] for k in t.setting]
+    return t
+
+
+def no_better(t, a, b):
+    """Per metric: is setting ``b`` at most as accurate as setting ``a``."""
+    ra, rb = t[t.setting == a].iloc[0], t[t.setting == b].iloc[0]
+    return [rb[c] <= ra[c] for c in COLS]
+
+
+def paper_trend(name, a, b):
+    pr = paper[name]["rows"]
+    return [pr[b][i] <= pr[a][i] for i in range(4)]
+
+
 meta
 
 # %% md [pd.table2]
@@ -63,15 +104,8 @@ meta
 # at distance 2.
 
 # %% [pd.table2]
-cols = ["acc1_top1", "acc1_top5", "acc2_top1", "acc2_top5"]
-rows = []
-for n, name in by_n.items():
-    a = accumulated(stats[name]["acc"])
-    s = stats[name]
-    rows.append({"EPTs": n, "variant": name, **dict(zip(cols, [a[0, 0], a[0, 4], a[1, 0], a[1, 4]])),
-                 "steps": s["steps"], "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1),
-                 "params": s["params"]})
-ours = pd.DataFrame(rows)
+cols = COLS
+ours = pd.DataFrame([{"EPTs": n, "variant": name, **acc_cols(stats[name])} for n, name in by_n.items()])
 pp = pd.DataFrame([{"EPTs": int(n), **dict(zip(paper["table2"]["columns"], v))} for n, v in paper["table2"]["rows"].items()])
 table = ours.merge(pp.rename(columns={c: f"paper_{c}" for c in cols}), on="EPTs", how="left")
 print("paper:", paper["table2"]["cite"])
@@ -169,6 +203,124 @@ one, many = table.iloc[0], table.iloc[-1]
 if len(table) > 1:
     print(trend("many EPTs start with a lower loss than 1 EPT", [many.first_loss < one.first_loss]))
 print(trend("the loss falls during training (each EPT count)", table.last_loss < table.first_loss))
+R.save_table(table, meta)
+
+# %% md [pd.table3]
+# ## Table 3: distillation, epochs and batch size
+# Each training here against the reference (distillation, 1 sequence per step): without
+# distillation (cross-entropy on ShareGPT's own replies instead of KL to the model's
+# distributions along its greedy answers) and with 4 sequences per step. The paper trains a fixed
+# number of epochs per row; here each training stops when its held-out curve flattens (or at its
+# wall budget), so the epoch rows are the reference's learning curve at each whole epoch,
+# measured on the curve's held-out subset (`measured_on`) rather than on every held-out answer.
+
+# %% [pd.table3]
+rows = []
+for name, s in stats.items():
+    rows.append({"variant": name, "EPTs": s["n"], "KD": s["distill"], "batch": s["config"]["batch_size"],
+                 "epochs": round(s["steps"] * s["config"]["batch_size"] / s["train_sequences"], 2),
+                 "measured_on": f"{s['heldout_sequences']} held-out answers", **acc_cols(s)})
+c = curves[ref_name]
+ep = c.examples_seen / stats[ref_name]["train_sequences"]
+for e in range(1, int(ep.max()) + 1):
+    r = c.loc[(ep - e).abs().idxmin()]
+    rows.append({"variant": f"{ref_name} (curve)", "EPTs": stats[ref_name]["n"], "KD": stats[ref_name]["distill"],
+                 "batch": stats[ref_name]["config"]["batch_size"], "epochs": round(float(ep[r.name]), 2),
+                 "measured_on": "the curve's held-out subset", "acc1_top1": r.heldout_top1[0], "acc1_top5": r.heldout_top5[0],
+                 "acc2_top1": r.heldout_top1[1], "acc2_top5": r.heldout_top5[1], "steps": int(r.step)})
+table = pd.DataFrame(rows)
+pp = pd.DataFrame(paper["table3"]["rows"], columns=paper["table3"]["columns"])
+print("paper:", paper["table3"]["cite"])
+print(pp.to_string(index=False))
+ref = table.iloc[0]
+for name, s in stats.items():
+    if not s["distill"]:
+        r = table[table.variant == name].iloc[0]
+        print(trend("distillation >= cross-entropy on the references (each metric)", [ref[c] >= r[c] for c in COLS],
+                    [a >= b for a, b in zip(pp.iloc[5, 4:], pp.iloc[6, 4:])]))
+    if s["config"]["batch_size"] != stats[ref_name]["config"]["batch_size"]:
+        r = table[table.variant == name].iloc[0]
+        small, big = (ref, r) if ref.batch < r.batch else (r, ref)
+        print(trend("a smaller batch >= a larger one (each metric)", [small[c] >= big[c] for c in COLS],
+                    [a >= b for a, b in zip(pp.iloc[7, 4:], pp.iloc[5, 4:])]))
+cur = table[table.variant.str.endswith("(curve)")]
+if len(cur) > 1:
+    print(trend("accuracy rises with epochs along the reference's curve (@1 top-1)",
+                [b >= a for a, b in zip(cur.acc1_top1, cur.acc1_top1[1:])]))
+R.save_table(table, meta)
+
+# %% md [pd.table4]
+# ## Table 4: prefix tuning
+# Prefix tuning beside the prompt tokens: trained keys and values in every layer's attention (one
+# prefix token per prompt token, started from the model's own keys and values for the last init
+# text token), seen only by that prompt token's EPTs, so the model's own outputs stay unchanged.
+# Decoding does not run such checkpoints (an accuracy ablation, as in the paper).
+
+# %% [pd.table4]
+key = lambda s: "with prefix tuning" if s.get("prefix") else "without prefix tuning"
+table = ablation_table(key, paper["table4"]["rows"])
+print("paper:", paper["table4"]["cite"])
+print(trend("prefix tuning does not help (each metric)", no_better(table, "without prefix tuning", "with prefix tuning"),
+            paper_trend("table4", "without prefix tuning", "with prefix tuning")))
+R.save_table(table, meta)
+
+# %% md [pd.table5]
+# ## Table 5: a custom decoding head
+# A second LM head (a trained copy of the model's, so the prompt tokens' states no longer go
+# through the model's own head): trained with the prompt tokens from the start (1-stage, the
+# prompt tokens' learning rate), or after the reference's training, starting from its prompt
+# tokens at a tenth of the rate (2-stage; `train_min` counts both stages). The head adds the
+# vocabulary x hidden parameters the `params` column shows.
+
+# %% [pd.table5]
+key = lambda s: ("custom head, 2-stage" if s.get("init_from") else "custom head, 1-stage") if s.get("head") \
+    else "without custom head"
+table = ablation_table(key, paper["table5"]["rows"])
+print("paper:", paper["table5"]["cite"])
+print(trend("1-stage is below no custom head (each metric)", no_better(table, "without custom head", "custom head, 1-stage"),
+            paper_trend("table5", "without custom head", "custom head, 1-stage")))
+print(trend("2-stage >= no custom head (each metric)", no_better(table, "custom head, 2-stage", "without custom head"),
+            paper_trend("table5", "custom head, 2-stage", "without custom head")))
+R.save_table(table, meta)
+
+# %% md [pd.table6]
+# ## Table 6: attention among the EPTs
+# The ensemble mask (the paper's: EPT *i* of each prompt token sees only EPT *i* of the earlier
+# ones, *n* disjoint groups whose logits are averaged) against decoder-like (every earlier EPT)
+# and encoder-like (also every EPT of its own prompt token), at the most EPTs trained here.
+
+# %% [pd.table6]
+table = ablation_table(lambda s: s["mask"], paper["table6"]["rows"])
+print("paper:", paper["table6"]["cite"])
+for other in ("decoder", "encoder"):
+    if other in set(table.setting):
+        print(trend(f"ensemble >= {other}-like (each metric)", no_better(table, "ensemble", other),
+                    paper_trend("table6", "ensemble", other)))
+R.save_table(table, meta)
+
+# %% md [pd.table7]
+# ## Table 7: averaging the EPTs' logits against learned weights
+# Learned weights: a trained scalar per EPT (started at 1/n, the average), `p = sum_i w_i p_i`.
+
+# %% [pd.table7]
+table = ablation_table(lambda s: s.get("aggregation", "average"), paper["table7"]["rows"])
+print("paper:", paper["table7"]["cite"])
+print(trend("the average >= learned weights (each metric)", no_better(table, "average", "learned"),
+            paper_trend("table7", "average", "learned")))
+R.save_table(table, meta)
+
+# %% md [pd.table8]
+# ## Table 8: multi-exit ensemble
+# A prompt token's state is the average of the last *k* layers' outputs (then the final norm and
+# the LM head), an ensemble without more input positions. Decoding does not run such
+# checkpoints (an accuracy ablation, as in the paper).
+
+# %% [pd.table8]
+table = ablation_table(lambda s: s.get("exits", 1), {int(k): v for k, v in paper["table8"]["rows"].items()})
+print("paper:", paper["table8"]["cite"])
+for k in sorted(set(table.setting) - {1}):
+    print(trend(f"{k} exits do not help (each metric)", no_better(table, 1, k),
+                paper_trend("table8", 1, k)))
 R.save_table(table, meta)
 
 # %%
