@@ -12,6 +12,8 @@
 # from the machine named below: trends, not values, are what can carry over.
 
 # %%
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -29,9 +31,13 @@ pd_stats = R.find("train_main_stats.json")
 medusa_stats = R.find("medusa_stats.json", required=False)
 curve = R.find("cost_curve.jsonl", required=False)
 paper = paper_numbers(package)
-ratio = cost_of(curve)  # T(q)/T(1) of the fast forward path on this machine (common.cost)
+ratio = cost_of(curve) if curve is not None else None  # T(q)/T(1) of the fast forward path here (common.cost)
+profile_groups = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl") for p in inputs
+                  if "/cross/raw/bench_" in str(p)}  # the cross-method groups, where declared
 records = [r for recs in benches.values() for r in recs]
-meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs)}
+meta = {"model": pd_stats["model"], "profile": profile, "device": pd_stats["hardware"], **provenance(records),
+        "sources": ", ".join(str(p) for p in inputs)}
+draft_stats = R.find("draft_stats.json", required=False)
 
 
 def size_of(label):
@@ -173,6 +179,129 @@ print(trend("dynamic >= static >= random (expected tau, every size where all thr
             [(r.tau_dynamic >= r.tau_static - 1e-9) and (r.tau_static >= r.tau_random - 1e-9) for r in both.itertuples()]))
 table = theory.merge(meas, on="size", how="outer").sort_values(["size"])
 R.save_table(table, meta)
+
+# %% md [pd.fig4, pd.fig1]
+# ## Beside the other decoders implemented here (MT-Bench)
+# Speedup over `vanilla` of every decoder this repository runs on the embedded MT-Bench first
+# turns: prompt decoding at the hardware-aware size and Medusa from this section's benchmark, the
+# others from the cross-method groups (`cross.table`; transformers' own `generate`, a vanilla, left out). Each ratio is taken against the `vanilla`
+# of its own run (`run`): runs on different days are not compared in tokens/s. Greedy decoding;
+# `lossless` = every output equals `vanilla`'s. The paper's Figure 4 is non-greedy on an A100
+# with Vicuna-7B and includes methods not implemented here (Lookahead, REST, ...).
+
+# %% [pd.fig4, pd.fig1]
+runs = {name: summarize(recs).assign(run=name) for name, recs in benches.items()
+        if name == "mt-bench" or name in profile_groups}
+speed = pd.concat(runs.values(), ignore_index=True)
+speed = speed[(speed.decoder != "vanilla") & ~speed.decoder.str.startswith("hf_generate")]  # vanilla's own variants
+pd_sizes_run = sorted({size_of(d) for d in speed.decoder if d.startswith("prompt_decoding@t")})
+hw_label = f"prompt_decoding@t{hardware_size(pd_stats['acc'], pd_stats['m'], pd_sizes_run, ratio)['size']}"
+# one row per decoder: this section's run for Medusa and prompt decoding (the hardware-aware size),
+# the cross groups for the rest
+keep = speed[(speed.run != "mt-bench") & ~speed.decoder.str.startswith(("medusa", "prompt_decoding"))]
+ours = speed[(speed.run == "mt-bench") & (speed.decoder.str.startswith("medusa") | (speed.decoder == hw_label))]
+fig4 = pd.concat([keep, ours], ignore_index=True)
+fig4["lossless"] = fig4.identical_to_vanilla.map(lambda s: s.split("/")[0] == s.split("/")[1])
+fig4 = fig4[["decoder", "run", "speedup", "mean_accepted_length", "tokens_per_s", "identical_to_vanilla", "lossless"]]
+fig4 = fig4.sort_values("speedup", ascending=False).reset_index(drop=True)
+fig4
+
+# %% [pd.fig4]
+for c in paper["fig4"]["claims"]:
+    print("paper:", c)
+best_medusa = fig4[fig4.decoder.str.startswith("medusa")].speedup.max()
+pd_speed = float(fig4[fig4.decoder == hw_label].speedup.iloc[0])
+others = fig4[~fig4.decoder.str.startswith(("medusa", "prompt_decoding")) & fig4.lossless]
+print(trend("prompt decoding (hardware-aware size) >= Medusa's best", [pd_speed >= best_medusa]))
+print(trend("prompt decoding >= each other lossless decoder here", others.speedup <= pd_speed))
+fig, ax = plt.subplots(figsize=(8, 4.5))
+colors = ["tab:red" if d == hw_label else "tab:blue" if l else "tab:gray" for d, l in zip(fig4.decoder, fig4.lossless)]
+ax.barh(fig4.decoder[::-1], fig4.speedup[::-1], color=colors[::-1])
+ax.axvline(1.0, color="k", lw=0.8)
+ax.set_xlabel("speedup over vanilla (its own run)")
+ax.set_title("MT-Bench, greedy; red: prompt decoding (hardware-aware size), gray: not lossless", fontsize=9)
+fig.suptitle(f"{meta['model']}, {profile}, {meta['device']}", fontsize=9)
+R.save_figure(fig)
+R.save_table(fig4, meta)
+
+# %% md [pd.fig7, pd.fig1]
+# ## Memory of the extra parameters
+# What each method adds to the model, in fp32 bytes of its trained parameters: the prompt
+# tokens (m x n x hidden), the Medusa heads (their residual blocks; the embedded heads share the
+# model's LM head) and the draft model (its own layers; it shares the embeddings and the head).
+# The paper's Figure 7 compares with Eagle's draft; the draft here is the first layers of the
+# model, distilled (`common.draft`). KV caches and activations are not counted.
+
+# %% [pd.fig7, pd.fig1]
+base_params = pd_stats["params"] / (pd_stats["params_pct_of_base"] / 100)
+extra = [{"method": "prompt_decoding", "component": f"{pd_stats['m']} prompt tokens x {pd_stats['n']} EPT",
+          "params": pd_stats["params"], "train_min": pd_stats["train_wall_s"] / 60}]
+if medusa_stats is not None:
+    extra.append({"method": "medusa", "component": "Medusa heads (shared LM head)", "params": medusa_stats["params"],
+                  "train_min": medusa_stats["train_wall_s"] / 60})
+if draft_stats is not None:
+    extra.append({"method": "speculative", "component": f"draft model ({draft_stats['layers']} layers, shared embeddings/head)",
+                  "params": draft_stats["params_not_shared"], "train_min": draft_stats["train_wall_s"] / 60})
+mem = pd.DataFrame(extra)
+mem["MiB_fp32"] = mem.params * 4 / 2**20
+mem["pct_of_model"] = 100 * mem.params / base_params
+mem["vs_prompt_decoding"] = mem.params / pd_stats["params"]
+mem
+
+# %% [pd.fig7]
+for c in paper["fig7"]["claims"]:
+    print("paper:", c)
+for _, r in mem[mem.method != "prompt_decoding"].iterrows():
+    print(f"prompt decoding's extra memory is {100 / r.vs_prompt_decoding:.4f}% of {r.method}'s")
+print(trend("prompt decoding adds the least memory (each other method)",
+            mem[mem.method != "prompt_decoding"].params > pd_stats["params"]))
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.bar(mem.method, mem.MiB_fp32 * 1024, color=["tab:red", "tab:blue", "tab:green"][:len(mem)])
+ax.set_yscale("log")
+ax.set_ylabel("extra parameters, KiB (fp32, log)")
+for x, v in enumerate(mem.MiB_fp32 * 1024):
+    ax.annotate(f"{v:,.1f}", (x, v), ha="center", va="bottom", fontsize=8)
+fig.suptitle(f"{meta['model']}, {profile}", fontsize=9)
+R.save_figure(fig)
+R.save_table(mem, meta)
+
+# %% md [pd.fig1]
+# ## Figure 1: memory, speedup and training cost
+# Each trained method's extra memory (above) against its speedup on MT-Bench (above; Medusa at
+# its fastest size, prompt decoding at the hardware-aware size, the draft as `speculative`);
+# the circle's area is the component's training wall time on this machine (its learning curve
+# flattened; the greedy corpora they train on are made once and shared, and not counted).
+# Methods without trained parts (prompt lookup, self-speculative) sit at zero memory.
+
+# %% [pd.fig1]
+pick = {"prompt_decoding": hw_label,
+        "medusa": fig4[fig4.decoder.str.startswith("medusa")].sort_values("speedup").decoder.iloc[-1],
+        "speculative": "speculative"}
+fig1 = mem.assign(decoder=mem.method.map(pick))
+fig1 = fig1.merge(fig4[["decoder", "speedup", "run"]], on="decoder", how="left")
+free = fig4[fig4.decoder.isin(["prompt_lookup", "self_speculative"])].assign(params=0, MiB_fp32=0.0, train_min=0.0)
+free["method"] = free.decoder
+fig1 = pd.concat([fig1, free[["method", "decoder", "params", "MiB_fp32", "train_min", "speedup", "run"]]],
+                 ignore_index=True)
+for c in paper["fig1"]["claims"]:
+    print("paper:", c)
+trained = fig1[fig1.params > 0]
+best = trained.sort_values("speedup").iloc[-1]
+print(trend("the least memory among trained methods, and the highest speedup among them",
+            [trained.params.idxmin() == trained.index[trained.method == "prompt_decoding"][0],
+             best.method == "prompt_decoding"]))
+fig, ax = plt.subplots(figsize=(7, 4.5))
+for _, r in fig1.iterrows():
+    ax.scatter(max(r.MiB_fp32, 1e-3), r.speedup, s=40 + 30 * r.train_min, alpha=0.5)
+    ax.annotate(f"{r.method}\n{r.train_min:.0f} min" if r.train_min else r.method, (max(r.MiB_fp32, 1e-3), r.speedup),
+                fontsize=8, ha="center")
+ax.set_xscale("log")
+ax.set_xlabel("extra parameters, MiB fp32 (log; 0 drawn at 1e-3)")
+ax.set_ylabel("speedup over vanilla, MT-Bench")
+ax.axhline(1.0, color="k", lw=0.8)
+fig.suptitle(f"{meta['model']}, {profile}, {meta['device']}; circle area: training minutes", fontsize=9)
+R.save_figure(fig)
+R.save_table(fig1, meta)
 
 # %%
 R.publish()  # last step: tables and figure move into place only when all of it worked
