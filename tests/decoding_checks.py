@@ -1,4 +1,6 @@
 """Shared checks of the tests of guess-and-verify decoders (imported by test modules)."""
+import contextlib
+
 import torch
 
 from common.decoders import get_decoder
@@ -73,3 +75,17 @@ class WordTokenizer:
 
     def __call__(self, text, add_special_tokens=False):
         return {"input_ids": [3 + len(w) for w in text.split()]}
+
+
+@contextlib.contextmanager
+def frozen(model):
+    """The model's weights frozen inside the block (a trainer's setting; fixtures are shared
+    between tests, so the flags are restored after)."""
+    flags = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        yield model
+    finally:
+        for p, f in zip(model.parameters(), flags):
+            p.requires_grad_(f)

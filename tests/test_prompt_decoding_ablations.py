@@ -5,7 +5,7 @@ refuses the others, and the config's variant references are checked."""
 import pytest
 import torch
 
-from decoding_checks import assert_exact_and_accepting
+from decoding_checks import assert_exact_and_accepting, frozen
 from common.errors import UserError
 from common.forward import embed, final_norm, num_layers
 from common.seqtrain import teacher_forward
@@ -73,13 +73,8 @@ def test_prefix_is_seen_only_by_its_own_prompt_token_and_trains(chaotic_llama):
         after = student(model, p)
     assert torch.allclose(before[:, :2], after[:, :2], atol=1e-5)
     assert not torch.allclose(before[:, 2], after[:, 2], atol=1e-3)
-    for q in model.parameters():
-        q.requires_grad_(False)
-    try:
+    with frozen(model):
         student(model, p).float().logsumexp(-1).sum().backward()
-    finally:
-        for q in model.parameters():
-            q.requires_grad_(True)
     assert all(float(p.prefix_kv.grad[layer].abs().sum()) > 0 for layer in range(d))
 
 
@@ -113,9 +108,7 @@ def test_two_stage_training_starts_from_the_first_stage(chaotic_llama, tmp_path)
     from prompt_decoding.train import train_prompts
 
     model = chaotic_llama
-    for q in model.parameters():
-        q.requires_grad_(False)
-    try:
+    with frozen(model):
         data = {"train": greedy_sequences(model, 4), "heldout": greedy_sequences(model, 2, seed=50)}
         cfg = TrainConfig(lr=1e-2, epochs=5, batch_size=2, warmup_frac=0.0, schedule="cosine", max_steps=3)
         train_prompts(model, WordTokenizer(), data, tmp_path / "s1", cfg, Stopping(eval_every=3), m=2, n=1, cuts=4)
@@ -126,9 +119,6 @@ def test_two_stage_training_starts_from_the_first_stage(chaotic_llama, tmp_path)
         with pytest.raises(UserError, match="valid: m=3"):
             train_prompts(model, WordTokenizer(), data, tmp_path / "s3", cfg0, Stopping(eval_every=3), m=3, n=1,
                           cuts=4, init_from=tmp_path / "s1" / "prompts.pt")
-    finally:
-        for q in model.parameters():
-            q.requires_grad_(True)
     state = torch.load(tmp_path / "s2" / "prompts.pt", weights_only=False)
     assert state["identity"]["meta"]["init_from"] == str(tmp_path / "s1" / "prompts.pt")
     assert stats["stage1_steps"] == 3 and stats["head"] is True
