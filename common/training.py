@@ -65,7 +65,8 @@ class Stopping:
         metric: key of the ``evaluate`` result to watch, larger is better (e.g. head-1 top-1).
         wall_budget_s: stop (after one last evaluation) once training and evaluation have taken
             this long, counted across resumes; None: no budget. A run stopped by its budget
-            continues when it is resumed with a larger one.
+            continues when it is resumed with a larger one, and a run stopped flat continues
+            when resumed with a rule under which its curve is not flat (e.g. more patience).
     """
     eval_every: int
     patience: int = 3
@@ -173,6 +174,9 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         curve, wall, stopped = state.get("curve", []), state.get("wall_s", 0.0), state.get("stopped")
         if stopped == "wall budget" and stop is not None and (stop.wall_budget_s is None or wall < stop.wall_budget_s):
             stopped = None  # the budget was raised: the run continues where it stopped, curve and all
+        elif stopped == "flat" and stop is not None and not stop.flattened(curve) \
+                and (stop.wall_budget_s is None or wall < stop.wall_budget_s):
+            stopped = None  # the rule was relaxed (e.g. more patience): the curve is not flat under it
     t_start = time.perf_counter() - wall  # wall time counts across resumes
 
     def save():

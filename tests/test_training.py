@@ -109,6 +109,15 @@ def test_stops_on_a_flat_curve_not_on_a_rising_one(tmp_path):
     curve = [json.loads(l) for l in (tmp_path / "flat.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve] == [0, 5, 10, 15, 20] and curve == state["curve"]
     assert curve[0]["train_loss"] is None and curve[1]["examples_seen"] == 40
+    # resumed under the same rule: still flat, nothing trains; under more patience the curve is
+    # not flat, so the run continues from step 20 with its curve
+    train(fresh(), DATA, loss_fn, cfg, tmp_path / "flat.pt", evaluate=synthetic([]), stop=stop)
+    assert read_trained(tmp_path / "flat.pt")["step"] == 20
+    patient = Stopping(eval_every=5, patience=4, min_delta=0.01)
+    train(fresh(), DATA, loss_fn, cfg, tmp_path / "flat.pt", evaluate=synthetic([0.3 + 0.05 * i for i in range(10)]), stop=patient)
+    more = read_trained(tmp_path / "flat.pt")
+    assert more["curve"][:5] == state["curve"] and [r["step"] for r in more["curve"][5:]] == [25, 30, 35, 40, 45, 50]
+    assert more["stopped"] == "epochs" and more["step"] == 50
     rising = [0.1 + 0.05 * i for i in range(20)]
     train(fresh(), DATA, loss_fn, cfg, tmp_path / "rising.pt", evaluate=synthetic(rising), stop=stop)
     state = read_trained(tmp_path / "rising.pt")
