@@ -29,7 +29,7 @@ from torch import nn
 
 from .decoders.base import Option
 from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
-from .errors import UserError, check_range, cli_main
+from .errors import UserError, check_layers, check_range, cli_main
 from .teacher import TeacherData
 from .records import read_jsonl, write_json, write_jsonl
 from .training import Stopping, TrainConfig, fingerprint, load_trained, save_trained, train
@@ -160,17 +160,55 @@ class HeadData:
 
     Training items are single positions (indices into ``positions``): a head reads one hidden
     state, so batches mix positions of many sequences.
+
+    ``states``: ``[K, N, H]`` the state each head reads at every position of ``data``
+    (:func:`layer_inputs`: early-exit heads on intermediate layers); None: every head reads
+    ``data.hidden``, the final normed state (Medusa).
     """
 
-    def __init__(self, data: TeacherData, positions: torch.Tensor, n_heads: int, source: str):
-        self.positions = positions
-        self.hidden = data.hidden[positions]  # [P, H] fp16
+    def __init__(self, data: TeacherData, positions: torch.Tensor, n_heads: int, source: str,
+                 states: torch.Tensor | None = None):
         self.labels = head_labels(data, positions, n_heads, source)  # [K, P]
         keep = self.labels[0] >= 0
-        self.positions, self.hidden, self.labels = positions[keep], self.hidden[keep], self.labels[:, keep]
+        self.positions, self.labels = positions[keep], self.labels[:, keep]
+        # [1 or K, P, H] fp16: one shared copy when every head reads the same state
+        self.hidden = data.hidden[self.positions][None] if states is None else states[:, self.positions]
+
+    def head_states(self, k: int, rows) -> torch.Tensor:
+        """``[len(rows), H]``: what head ``k`` reads at items ``rows`` (an index tensor or a slice)."""
+        return self.hidden[k if self.hidden.shape[0] > 1 else 0, rows]
 
     def __len__(self) -> int:
         return self.positions.numel()
+
+
+@torch.no_grad()
+def layer_inputs(model, data: TeacherData, layers: list[int], batch_size: int = 8) -> torch.Tensor:
+    """What an early-exit head at each of ``layers`` reads: the model's final norm applied to
+    the state entering that layer (the output of the first ``layer`` layers).
+
+    Args:
+        data: its sequences run through the frozen model again (the cache keeps only final
+            states), sorted by length and right-padded as the teacher pass does them, up to the
+            deepest layer asked.
+    Returns:
+        ``[len(layers), N, H]`` fp16, for every position of ``data``.
+    """
+    from .forward import final_norm, layer_states
+
+    out = torch.empty(len(layers), data.n_tokens, model.config.hidden_size, dtype=torch.float16)
+    order = sorted(range(len(data)), key=lambda s: data.span(s)[1] - data.span(s)[0])
+    for i in range(0, len(order), batch_size):
+        spans = [data.span(s) for s in order[i:i + batch_size]]
+        ids = torch.zeros(len(spans), max(b - a for a, b in spans), dtype=torch.long, device=model.device)
+        for r, (a, b) in enumerate(spans):
+            ids[r, :b - a] = data.ids[a:b].to(ids)
+        states = layer_states(model, ids, layers)  # {layer: [B, T, H]} raw
+        for j, layer in enumerate(layers):
+            normed = final_norm(model, states[layer]).half().cpu()
+            for r, (a, b) in enumerate(spans):
+                out[j, a:b] = normed[r, :b - a]
+    return out
 
 
 def make_loss(data: HeadData, vocab: torch.Tensor | None = None):
@@ -192,13 +230,13 @@ def make_loss(data: HeadData, vocab: torch.Tensor | None = None):
     def loss(heads: MedusaHeads, batch: list[int]) -> torch.Tensor:
         idx = torch.tensor(batch)
         dev, dt = heads.blocks[0].linear.weight.device, heads.blocks[0].linear.weight.dtype
-        h = data.hidden[idx].to(dev, dt)
         total = 0.0
         for k in range(len(heads.blocks)):
             y = data.labels[k, idx]
             ok = y >= 0
             if not ok.any():
                 continue
+            h = data.head_states(k, idx).to(dev, dt)
             if vocab is None:
                 logits, y = heads.head_logits(k, h[ok]), y[ok]
             else:
@@ -216,12 +254,12 @@ def evaluate(heads: MedusaHeads, data: HeadData, topk: int = TOPK, chunk: int = 
     K = len(heads.blocks)
     hits, nll, n = torch.zeros(K, topk), torch.zeros(K), torch.zeros(K)
     for i in range(0, len(data), chunk):
-        h = data.hidden[i:i + chunk].to(dev, dt)
         for k in range(K):
             y = data.labels[k, i:i + chunk].to(dev)
             ok = y >= 0
             if not ok.any():
                 continue
+            h = data.head_states(k, slice(i, i + chunk)).to(dev, dt)
             logits = heads.head_logits(k, h[ok]).float()
             nll[k] += nn.functional.cross_entropy(logits, y[ok], reduction="sum").cpu()
             ranks = logits.topk(topk, dim=-1).indices
@@ -236,7 +274,7 @@ def evaluate(heads: MedusaHeads, data: HeadData, topk: int = TOPK, chunk: int = 
 
 def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: TrainConfig = TrainConfig(),
                 share_lm_head: bool = False, stop: Stopping | None = None, labels: str = "teacher",
-                train_vocab: str = "labels", curve_path: Path | None = None) -> dict:
+                train_vocab: str = "labels", curve_path: Path | None = None, layers: list[int] | None = None) -> dict:
     """Train heads on the teacher cache (:mod:`common.teacher`), stop when the held-out curve
     flattens, measure top-k accuracies on the held-out greedy answers, build trees.
 
@@ -251,6 +289,10 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
             tolerance 0.005 on head-1 top-1).
         train_vocab: ``"labels"`` (softmax over the teacher labels' tokens, see
             :func:`make_loss`) or ``"full"``.
+        layers: early exit (FIRP's Figure 3 baseline): head ``k`` reads the final norm of the
+            state entering layer ``layers[k]`` (:func:`layer_inputs`) instead of the last
+            layer's; one layer per head, each in ``1..d-1``. The checkpoint's meta then holds
+            ``input_layers``, which the ``medusa`` decoder refuses.
     Returns:
         stats (also ``out_dir/stats.json``); the learning curve goes to ``curve_path`` and
         ``out_dir/curve.jsonl``.
@@ -259,15 +301,24 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
     if train_vocab not in ("labels", "full"):
         raise UserError(f"train_vocab={train_vocab!r} is unknown; valid: labels, full")
     stop = stop or Stopping(eval_every=50)
+    if layers is not None:
+        from .forward import num_layers
+
+        if len(layers) != n_heads:
+            raise UserError(f"{len(layers)} input layers for {n_heads} heads; valid: one layer per head")
+        check_layers(layers, num_layers(model), "early-exit layer")
     t0 = time.perf_counter()
     tr, held = teacher["train"], teacher["heldout"]
-    train_data = HeadData(tr, torch.arange(tr.n_tokens), n_heads, labels)
-    held_data = HeadData(held, held.answer_positions(), n_heads, "text")
+    states = (None, None) if layers is None else (layer_inputs(model, tr, layers), layer_inputs(model, held, layers))
+    states_wall = time.perf_counter() - t0
+    train_data = HeadData(tr, torch.arange(tr.n_tokens), n_heads, labels, states[0])
+    held_data = HeadData(held, held.answer_positions(), n_heads, "text", states[1])
+    del states
     vocab = None
     if train_vocab == "labels":
         vocab = torch.unique(train_data.labels[train_data.labels >= 0])
     heads = new_heads(model, n_heads, share_lm_head)
-    meta = heads_meta(model, n_heads, share_lm_head)
+    meta = {**heads_meta(model, n_heads, share_lm_head), **({} if layers is None else {"input_layers": list(layers)})}
     curve_file = out_dir / "curve.jsonl"
     log = train(heads, list(range(len(train_data))), make_loss(train_data, vocab), cfg, out_dir / "heads.pt",
                 out_dir / "train_log.jsonl", meta={**meta, "labels": labels, "train_vocab": train_vocab},
@@ -287,6 +338,8 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
              "heldout_sequences": len(held), "heldout_positions": len(held_data),
              "stopping": asdict(stop), "config": asdict(cfg), "teacher": teacher["key"],
              "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads(), "trees": {}}
+    if layers is not None:
+        stats.update(input_layers=list(layers), layer_inputs_wall_s=states_wall)
     for n in TREE_SIZES:
         paths = best_tree(acc, n)
         stats["trees"][n] = expected_accept_length(paths, acc)
@@ -356,6 +409,10 @@ class Medusa(TreeDecoder):
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
         def meta_for(meta):  # labels and train_vocab say how they were trained, not for which model
+            if "input_layers" in meta:
+                raise UserError(f"heads at {self.cfg['heads']} read layers {meta['input_layers']} (early-exit "
+                                "heads, python -m firp.early_exit), not the last hidden state; valid: heads from "
+                                "python -m common.medusa")
             return {**heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))),
                     **{k: meta[k] for k in ("labels", "train_vocab") if k in meta}}
         folder, state = self.trained_component("heads", "heads.pt", "python -m common.medusa", meta_for)

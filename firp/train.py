@@ -16,7 +16,14 @@ training as they do in decoding; identity initialisation (:class:`firp.maps.Firp
 at lr 1e-3, 2% warmup then linear decay, no weight decay, gradient norm clipped at 1 (Medusa's
 recipe); a step is ``--batch-size`` sequences with ``--anchors`` random anchors each, prompts
 cut to 96 tokens and answers of 128 (the embedded corpus), early stopping on the held-out
-step-1 top-1 instead of the paper's 2 fixed epochs.
+step-1 top-1 instead of the paper's 2 fixed epochs (the layer sweeps of Figures 5-7 train a
+fixed 2 epochs instead: config ``firp.variants``).
+
+Figure 7's masked setting (``--mask-earlier``, "the second pseudo hidden state can not see the
+first"): every step's pseudo state sees the real context up to its anchor and itself, none of
+the earlier steps' pseudo states, in training, in the held-out accuracy and (read from the
+checkpoint's meta) in decoding. The paper does not say whether its masked maps were also
+trained masked; here they are, so the comparison is of two trained settings.
 
 Entry point::
 
@@ -82,29 +89,66 @@ def sequence_loss(model, maps: FirpMaps, ids: torch.Tensor, anchors: torch.Tenso
 
 
 @torch.inference_mode()
-def step_accuracy(model, maps: FirpMaps, seqs: list[torch.Tensor], starts: list[int], topk: int = 10,
-                  mask_earlier: bool = False) -> list[list[float]]:
-    """``acc[i][r]``: how often step ``i``'s rank-``r`` guess is the model's own greedy token at
-    distance ``i + 2`` from the anchor, over every anchor inside held-out greedy answers."""
-    K = maps.steps
-    hits, total = torch.zeros(K, topk), 0
+def split_accuracy(model, seqs: list[torch.Tensor], starts: list[int], steps: int, predictors: dict,
+                   topk: int = 10) -> tuple[dict[str, list[list[float]]], int]:
+    """Top-k accuracy of draft-token predictors on the paper's protocol (section 4.2.1): split a
+    greedy answer at ``q`` and guess the model's own next greedy tokens. Every split point of
+    every held-out answer counts (``start - 1 <= q <= L - 1 - steps``; the paper samples 50 per
+    sequence); step ``i`` (0-based) must guess the token at distance ``i + 2`` from ``q``, the
+    argmax of the model's distribution at ``q + 1 + i`` (distance 1 is the model's own token).
+
+    Args:
+        seqs: ``[L]`` token ids each (prompt then greedy answer); ``starts``: where answers start.
+        predictors: name -> ``(cache, hidden, anchors [B], L) -> [B, >= steps, V]`` logits, given
+            one frozen forward over the sequence (:func:`common.seqtrain.teacher_forward`: the
+            cache of its ``L`` positions, which a predictor must leave at ``L``, and the ``d + 1``
+            hidden states ``[L, H]``); steps beyond ``steps`` are ignored.
+    Returns:
+        ``(acc, n)``: name -> ``acc[i][r]``, how often step ``i``'s rank-``r`` guess is right;
+        ``n`` split points.
+    """
+    hits, total = {name: torch.zeros(steps, topk) for name in predictors}, 0
     for ids, start in zip(seqs, starts):
         L = ids.numel()
-        anchors = torch.arange(max(start - 1, 0), L - K, device=ids.device)
+        anchors = torch.arange(max(start - 1, 0), L - steps, device=ids.device)
         if anchors.numel() == 0:
             continue
         cache, hidden, teacher = teacher_forward(model, ids, hidden_states=True)
-        ranks = anchor_logits(model, maps, cache, hidden, anchors, L, mask_earlier).topk(topk, dim=-1).indices.cpu()
-        rows = (anchors[:, None] + 1 + torch.arange(K, device=ids.device)[None]).cpu()
-        hits += (ranks == teacher.argmax(-1).cpu()[rows][..., None]).float().sum(0)
+        rows = (anchors[:, None] + 1 + torch.arange(steps, device=ids.device)[None]).cpu()
+        want = teacher.argmax(-1).cpu()[rows][..., None]                               # [B, steps, 1]
+        for name, predict in predictors.items():
+            ranks = predict(cache, hidden, anchors, L)[:, :steps].topk(topk, dim=-1).indices.cpu()
+            hits[name] += (ranks == want).float().sum(0)
         total += anchors.numel()
-    return (hits / max(total, 1)).tolist()
+    return {name: (h / max(total, 1)).tolist() for name, h in hits.items()}, total
+
+
+def step_accuracy(model, maps: FirpMaps, seqs: list[torch.Tensor], starts: list[int], topk: int = 10,
+                  mask_earlier: bool = False) -> list[list[float]]:
+    """``acc[i][r]`` of the maps' step ``i`` (:func:`split_accuracy`)."""
+    def predict(cache, hidden, anchors, L):
+        return anchor_logits(model, maps, cache, hidden, anchors, L, mask_earlier)
+    return split_accuracy(model, seqs, starts, maps.steps, {"firp": predict}, topk)[0]["firp"]
 
 
 def check_options(anchors: int, eval_seqs: int) -> None:
     """The trainer's own settings (the entry point checks them before loading anything)."""
     check_range("--anchors", anchors, 1)
     check_range("--eval-seqs", eval_seqs, 1)
+
+
+def check_steps(layers: list[int] | None, steps_k: int | None, mask_earlier: bool = False) -> int:
+    """The number of prediction steps ``K`` that ``--layers`` and ``--steps-k`` give (3 when
+    neither does); a masked training needs a second step to mask (Figure 7)."""
+    if steps_k is not None:
+        check_range("--steps-k", steps_k, 1)
+    if layers and steps_k is not None and len(layers) != steps_k:
+        raise UserError(f"--layers {','.join(map(str, layers))} names {len(layers)} layer(s) but --steps-k is "
+                        f"{steps_k}; valid: one layer per step")
+    k = len(layers) if layers else steps_k or 3
+    if mask_earlier and k < 2:
+        raise UserError("--mask-earlier hides step 1's pseudo states from the later steps; valid with K >= 2 steps")
+    return k
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -148,7 +192,7 @@ def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], ancho
     acc = step_accuracy(model, maps, [s for s, _ in held], [t for _, t in held], topk=10, mask_earlier=mask_earlier)
     return finish_with_accuracy(ckpt, maps, model, acc, out, curve_path, t0, layers=list(layers), steps_k=maps.steps,
                                 mask_earlier=mask_earlier, anchors=anchors, train_sequences=len(data["train"]),
-                                heldout_sequences=len(held))
+                                heldout_sequences=len(held), model_layers=num_layers(model))
 
 
 def _main(argv=None) -> None:
@@ -160,15 +204,16 @@ def _main(argv=None) -> None:
     def add_args(ap):
         ap.add_argument("--layers", default=None,
                         help="comma-separated prediction layers, one per step (default: the paper's depth fractions)")
-        ap.add_argument("--steps-k", type=int, default=3, help="prediction steps K (with the default layers)")
+        ap.add_argument("--steps-k", type=int, default=None,
+                        help="prediction steps K (default: one per --layers entry, else 3 at the default layers)")
         ap.add_argument("--anchors", type=int, default=16, help="random anchors trained per sequence and step")
         ap.add_argument("--mask-earlier", action="store_true", help="step i does not see steps < i (Figure 7)")
         ap.add_argument("--eval-seqs", type=int, default=16, help="held-out sequences per curve point")
 
     def check_args(a):
         check_options(a.anchors, a.eval_seqs)
-        check_range("--steps-k", a.steps_k, 1)
         a.layers = parse_layers(a.layers)
+        a.steps_k = check_steps(a.layers, a.steps_k, a.mask_earlier)
 
     def check_model(a, model):
         a.layers = a.layers or default_layers(model, a.steps_k)

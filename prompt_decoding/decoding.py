@@ -119,35 +119,94 @@ def _tree(paths: tuple, carry: tuple, depth: int) -> tuple[TreeBuffers, list[int
     return tree, [own[()]] + [own[tuple(p)] for p in tree.paths]
 
 
+def load_prompt_tokens(decoder, model, train_cmd: str = "python -m prompt_decoding.train"
+                       ) -> tuple[PromptTokens, dict[int, StateTree]]:
+    """The prompt tokens of ``decoder.cfg["prompt_tokens"]`` (a training's folder), checked to
+    be trained for ``model`` (the decoder's target, or the draft that runs them), and the
+    tree of every state for the decoder's ``tree`` and ``shape`` options."""
+    def meta_for(meta):  # how they were trained (distill, cuts, ...) is not checked against the model
+        m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
+        if mask not in MASKS:
+            return {"mask": f"one of {MASKS}"}
+        return {**meta, **prompts_meta(model, m, n, mask, Extras.from_meta(meta))}
+    _, state = decoder.trained_component("prompt_tokens", "prompts.pt", train_cmd, meta_for)
+    meta = state["identity"]["meta"]
+    m, n, mask, extras = meta["m"], meta["n"], meta["mask"], Extras.from_meta(meta)
+    if extras.prefix or extras.exits > 1:
+        raise UserError(f"prompt tokens at {decoder.cfg['prompt_tokens']} were trained with "
+                        f"{'prefix tuning' if extras.prefix else 'a multi-exit ensemble'}, an accuracy ablation "
+                        "(the paper's Appendix B); valid for decoding: checkpoints without prefix or exits "
+                        "(average or learned EPT weights, with or without a custom head)")
+    prompts = new_prompts(model, m, n, mask, extras=extras)
+    load_trained(prompts, state)
+    return prompts, make_trees(decoder.cfg["tree"], decoder.cfg["shape"], state.get("acc") or PRIOR_ACC, m)
+
+
+def make_trees(tree, shape: str, acc, m: int) -> dict[int, StateTree]:
+    """One tree per state ``1..m`` (the accepted node's prompt tokens = guesses available):
+    ``tree`` a size in verified positions (the dynamic sparse tree, or the largest static one
+    within it, for the accuracies ``acc``) or a tree file (static)."""
+    if not isinstance(tree, int):
+        paths = tuple(tuple(p) for p in load_tree(tree).paths)
+        if max(map(len, paths), default=0) > m:
+            raise UserError(f"tree {tree} is deeper than the {m} prompt tokens can guess")
+        return {k: StateTree(tuple(p for p in paths if len(p) <= k), (m,) * (1 + sum(len(p) <= k for p in paths)))
+                for k in range(1, m + 1)}
+    if shape == "static":  # the largest static tree within the size
+        n_c = max(0, tree // (m + 1) - 1)  # (n_c + 1) nodes, each itself + m prompt tokens
+        return static(acc, m, n_c)
+    return best_split(acc, m, tree)[0]
+
+
 class PromptProposer(Proposer):
     """Candidates from the previous step's prompt-token guesses, on the tree of the current
-    state (how many prompt tokens the accepted node carried); prompt tokens on every node."""
+    state (how many prompt tokens the accepted node carried); prompt tokens on every node.
+
+    The guesses are read out lazily: :meth:`update` keeps the final states of the accepted
+    node's prompt tokens (``source``) and :meth:`propose` turns them into top-k guesses, so a
+    caller that moves the sequence elsewhere (``pd_speculative``'s draft after the target
+    rejects) points :meth:`resume` at another node's prompt tokens and no readout is wasted.
+    """
 
     def __init__(self, target, prompts: PromptTokens, trees: dict[int, StateTree], device):
         self.target, self.prompts, self.trees, self.device = target, prompts, trees, device
         self.width = max((r for t in trees.values() for p in t.paths for r in p), default=0) + 1
-        self.guesses: torch.Tensor | None = None   # [k, width] top-k per distance
+        self.source: torch.Tensor | None = None   # [k*n, H] states of the prompt tokens guessing below the next root
         self.carry: list[int] = []
         self.head_rows = 0
 
+    def guesses(self, state: ProposerState) -> torch.Tensor:
+        """``[k, width]`` top-``width`` guesses for depths ``1..k`` below the root, from the
+        prompt-token states ``source`` (called only when it is set)."""
+        self.head_rows += self.source.shape[0]
+        logits = self.prompts.readout(self.source, self.target.model.lm_head)     # [k, V]
+        return logits.topk(self.width, dim=-1).indices
+
     def propose(self, state: ProposerState) -> Proposal:
-        k = 0 if self.guesses is None else self.guesses.shape[0]
+        k = 0 if self.source is None else self.source.shape[0] // self.prompts.n   # guessed distances
         depth = min(k, max(state.remaining - 1, 0))
-        t = self.trees[k] if k else StateTree((), (self.prompts.m,))  # after the prefill: the root alone
+        t = self.trees[k] if k else StateTree((), (self.prompts.m,))  # no guesses: the root alone
         tree, self.carry = _tree(t.paths, t.carry, depth)
         tree = tree.to(self.device)
-        tokens = (candidates_from_topk(tree, self.guesses[:, :self.width]) if tree.size > 1
+        # read the guesses out only when candidates use them (not for a root-only tree)
+        tokens = (candidates_from_topk(tree, self.guesses(state)) if tree.size > 1
                   else torch.zeros(0, dtype=torch.long, device=self.device))
         inj = node_prompt_injection(tree, self.prompts, self.carry, self.target.length)
         return Proposal(tree, tokens, injections=[inj])
 
+    def node_rows(self, result: StepResult, node: int) -> torch.Tensor:
+        """``[carry*n, H]`` final states of the prompt tokens tree node ``node`` carried in the
+        step of ``result`` (they guess the tokens after the one following ``node``)."""
+        start, count = block_rows(self.carry, self.prompts.n, node)
+        return result.verified.extra_hidden[start:start + count]
+
+    def resume(self, rows: torch.Tensor | None) -> None:
+        """Guess below the next root from these prompt-token states (:meth:`node_rows` of the
+        node just before it); None: no guesses, the next tree is the root alone."""
+        self.source = rows
+
     def update(self, result: StepResult) -> None:
-        last = int(result.path[-1])
-        start, count = block_rows(self.carry, self.prompts.n, last)
-        hidden = result.verified.extra_hidden[start:start + count]             # [k*n, H]
-        self.head_rows += count
-        guesses = self.prompts.readout(hidden, self.target.model.lm_head)     # [k, V]
-        self.guesses = guesses.topk(self.width, dim=-1).indices
+        self.resume(self.node_rows(result, int(result.path[-1])))
 
     def stats(self) -> dict:
         return {"prompt_head_rows": self.head_rows}
@@ -189,35 +248,7 @@ class PromptDecoding(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
-        def meta_for(meta):  # how they were trained (distill, cuts, ...) is not checked against the model
-            m, n, mask = int(meta.get("m", 0)), int(meta.get("n", 0)), meta.get("mask")
-            if mask not in MASKS:
-                return {"mask": f"one of {MASKS}"}
-            return {**meta, **prompts_meta(model, m, n, mask, Extras.from_meta(meta))}
-        _, state = self.trained_component("prompt_tokens", "prompts.pt", "python -m prompt_decoding.train", meta_for)
-        meta = state["identity"]["meta"]
-        m, n, mask, extras = meta["m"], meta["n"], meta["mask"], Extras.from_meta(meta)
-        if extras.prefix or extras.exits > 1:
-            raise UserError(f"prompt tokens at {self.cfg['prompt_tokens']} were trained with "
-                            f"{'prefix tuning' if extras.prefix else 'a multi-exit ensemble'}, an accuracy ablation "
-                            "(the paper's Appendix B); valid for decoding: checkpoints without prefix or exits "
-                            "(average or learned EPT weights, with or without a custom head)")
-        self.prompts = new_prompts(model, m, n, mask, extras=extras)
-        load_trained(self.prompts, state)
-        self.trees = self.make_trees(self.cfg["tree"], state.get("acc") or PRIOR_ACC, m)
-
-    def make_trees(self, tree, acc, m: int) -> dict[int, StateTree]:
-        """One tree per state ``1..m`` (the accepted node's prompt tokens = guesses available)."""
-        if not isinstance(tree, int):
-            paths = tuple(tuple(p) for p in load_tree(tree).paths)
-            if max(map(len, paths), default=0) > m:
-                raise UserError(f"tree {tree} is deeper than the {m} prompt tokens can guess")
-            return {k: StateTree(tuple(p for p in paths if len(p) <= k), (m,) * (1 + sum(len(p) <= k for p in paths)))
-                    for k in range(1, m + 1)}
-        if self.cfg["shape"] == "static":  # the largest static tree within the size
-            n_c = max(0, tree // (m + 1) - 1)  # (n_c + 1) nodes, each itself + m prompt tokens
-            return static(acc, m, n_c)
-        return best_split(acc, m, tree)[0]
+        self.prompts, self.trees = load_prompt_tokens(self, model)
 
     def make_proposer(self, input_ids):
         return PromptProposer(self.target, self.prompts, self.trees, self.device)

@@ -10,6 +10,15 @@ greedy text. Loss (eq. 1, distillation): ``sum_j alpha^j KL(teacher_j || student
 student being the EPT-averaged logits; without distillation, cross-entropy on the text's
 tokens ``x[t + 2 + j]``.
 
+"The model's own" is the model being trained, whichever it is: prompt tokens for a draft model
+(``pd_speculative``, where the draft verifies its own guesses) train on the draft's greedy
+answers, so both the teacher and the held-out accuracy are the draft's own greedy continuation.
+On the target's answers instead, the teacher after a cut would be the draft's distribution
+given the *target's* next tokens, which the draft's own chain follows only as often as the
+draft agrees with the target (about a quarter of the tokens for the embedded draft). The
+trainer refuses held-out answers that are not the trained model's own greedy tokens
+(:func:`own_greedy_rate` below ``OWN_GREEDY_MIN``).
+
 Cheap on CPU: every cut of a sequence trains in one forward of ``cuts * m * n`` positions
 against the sequence's cache (no gradient through the context); each block sees only its
 cut's prefix (``past_allow``) and its own EPTs (the EPT mask). Tests check that these logits
@@ -117,6 +126,23 @@ def guess_accuracy(model, prompts: PromptTokens, seqs: list[torch.Tensor], start
     return (hits / total.clamp(min=1)[:, None]).tolist()
 
 
+OWN_GREEDY_MIN = 0.9  # below it the answers are another model's (a near tie may still flip a token)
+
+
+@torch.inference_mode()
+def own_greedy_rate(model, seqs: list[torch.Tensor], starts: list[int]) -> float:
+    """How often the model's argmax after an answer position is the answer's next token, over
+    greedy sequences ``[L]`` whose answers start at ``starts``: ~1 for the model's own greedy
+    answers (what self-distillation needs), the two models' agreement for another's."""
+    hits = total = 0
+    for ids, start in zip(seqs, starts):
+        _, _, logp = teacher_forward(model, ids)
+        want = ids[max(start, 1):]
+        hits += int((logp[max(start, 1) - 1:-1].argmax(-1) == want).sum())
+        total += want.numel()
+    return hits / max(total, 1)
+
+
 def text_init(model, tokenizer, text: str) -> torch.Tensor:
     """``[k, H]`` input embeddings of ``text``'s tokens (the prompt tokens start from them)."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -190,6 +216,12 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
     seqs = data["train"] if distill else text_seqs
     held = data["heldout"]
     curve_seqs, curve_starts = [s for s, _ in held[:eval_seqs]], [t for _, t in held[:eval_seqs]]
+    own = own_greedy_rate(model, curve_seqs, curve_starts)
+    if own < OWN_GREEDY_MIN:
+        raise UserError(f"the held-out answers are not this model's own greedy answers (its argmax gives "
+                        f"{own:.2f} of their tokens; valid: >= {OWN_GREEDY_MIN}): prompt tokens learn the greedy "
+                        "continuation of the model they run on, so build both corpora with it "
+                        "(python -m common.selfdistill --model <it>)")
 
     def evaluate(p):
         acc = guess_accuracy(model, p, curve_seqs, curve_starts, topk=5)
@@ -205,6 +237,7 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
     acc = guess_accuracy(model, prompts, [s for s, _ in held], [t for _, t in held], topk=10)
     return finish_with_accuracy(ckpt, prompts, model, acc, out, curve_path, t0, m=m, n=n, mask=mask, distill=distill,
                                 cuts=cuts, init_text=init_text, train_sequences=len(seqs), heldout_sequences=len(held),
+                                heldout_own_greedy=round(own, 4),
                                 **extras.meta(), **stage1)
 
 

@@ -190,9 +190,38 @@ def pd_stopping_flags(wildcards):
     return stopping_flags(pd_train_config(wildcards))
 
 
+def pd_base(variant):
+    """The model a prompt-token variant trains on (its ``base``): the profile's model by default,
+    the distilled draft (rule distill_draft) for ``draft``, else the model name or hub id given."""
+    base = variant_config("prompt_decoding", variant).get("base")
+    if base is None:
+        return P.model
+    return f"{COMP}/draft/model" if base == "draft" else base
+
+
+def pd_base_files(variant):
+    """What a variant's base model needs on disk before it loads (none for a hub model)."""
+    base = variant_config("prompt_decoding", variant).get("base")
+    return [f"{COMP}/draft/model/config.json"] if base == "draft" else model_files(base)
+
+
+def pd_train_model(wildcards):
+    return pd_base(wildcards.pdv)
+
+
+def pd_base_corpora_inputs(wildcards):
+    return pd_base_files(wildcards.pdv)
+
+
 def pd_train_inputs(wildcards):
-    """The corpora, and the finished training a variant with ``init_from`` starts from."""
-    ins = {"corpus": f"{COMP}/corpus.pt", "seqcorpus": f"{COMP}/seqcorpus.pt"}
+    """The corpora (for a variant with a ``base``, that model's own greedy answers, rule
+    pd_base_corpora, and the model itself), and the finished training a variant with
+    ``init_from`` starts from."""
+    if pd_train_config(wildcards).get("base"):
+        own = f"{COMP}/prompt_tokens/{wildcards.pdv}"
+        ins = {"corpus": f"{own}/corpus.pt", "seqcorpus": f"{own}/seqcorpus.pt", "base": pd_base_files(wildcards.pdv)}
+    else:
+        ins = {"corpus": f"{COMP}/corpus.pt", "seqcorpus": f"{COMP}/seqcorpus.pt"}
     src = pd_train_config(wildcards).get("init_from")
     if src:
         ins["init"] = f"{COMP}/prompt_tokens/{src}/prompts.pt"
@@ -221,6 +250,42 @@ def pd_bench_prompts(wildcards):
     return P.raw["prompt_decoding"]["bench"]["datasets"][wildcards.pdset]
 
 
+PD_SPEC_VARIANT = "draft"  # pd.spec's prompt tokens: the variant whose base is the draft
+
+
+def pd_spec_options():
+    """pd.spec's benchmark: ``{label: options}``, ``speculative@g<gamma>`` and
+    ``pd_speculative@g<gamma>`` (config prompt_decoding.spec), both drafting with the base of
+    variant ``draft`` (pd_speculative with that variant's prompt tokens); vanilla has none."""
+    sec = P.raw["prompt_decoding"]
+    if not (sec["variants"].get(PD_SPEC_VARIANT) or {}).get("base"):
+        print(f"error: config profiles/{P.name}/prompt_decoding/variants: pd.spec needs a variant "
+              f"{PD_SPEC_VARIANT!r} with a base (its draft), e.g. {PD_SPEC_VARIANT}: {{base: draft}}", file=sys.stderr)
+        sys.exit(2)
+    spec, draft = sec["spec"], pd_base(PD_SPEC_VARIANT)
+    opts = {f"speculative@g{g}": {"draft": draft, "gamma": g} for g in spec["gamma"]}
+    opts.update({f"pd_speculative@g{g}": {"draft": draft, "prompt_tokens": f"{COMP}/prompt_tokens/{PD_SPEC_VARIANT}",
+                                          "gamma": g, "tree": spec["tree"]} for g in spec["pd_gamma"]})
+    return opts
+
+
+def pd_spec_inputs():
+    """The model, the draft and the draft's prompt tokens."""
+    return [*model_files(), *pd_base_files(PD_SPEC_VARIANT), f"{COMP}/prompt_tokens/{PD_SPEC_VARIANT}/prompts.pt"]
+
+
+def pd_spec_decoders():
+    return ",".join(["vanilla", *pd_spec_options()])
+
+
+def pd_spec_config():
+    return json.dumps(pd_spec_options())
+
+
+def pd_spec_prompts(wildcards):
+    return P.raw["prompt_decoding"]["spec"]["datasets"][wildcards.pdspec]
+
+
 def firp_bench_prompts(wildcards):
     return P.raw["firp"]["bench"]["datasets"][wildcards.firpset]
 
@@ -233,10 +298,29 @@ def firp_stopping_flags(wildcards):
     return stopping_flags(firp_train_config(wildcards))
 
 
+def firp_layer_flags(c):
+    """``--layers a,b,c`` when a FIRP training config ``c`` fixes them (none: the paper's
+    fractions of depth), and ``--mask-earlier`` for a masked one (Figure 7)."""
+    flags = [f"--layers {','.join(map(str, c['layers']))}"] if c.get("layers") else []
+    return " ".join(flags + (["--mask-earlier"] if c.get("mask_earlier") else []))
+
+
 def firp_layer_flag(wildcards):
-    """``--layers a,b,c`` when the variant fixes them; none: the paper's fractions of depth."""
-    layers = firp_train_config(wildcards).get("layers")
-    return f"--layers {','.join(map(str, layers))}" if layers else ""
+    return firp_layer_flags(firp_train_config(wildcards))
+
+
+def firp_input_folder(key):
+    """Param function: the folder of the rule's input ``key`` (a trained component's checkpoint)."""
+    def fn(wildcards, input):
+        return str(Path(input[key]).parent)
+    fn.__name__ = f"firp_{key}_folder"
+    return fn
+
+
+def firp_exit_flags():
+    """The early-exit heads' steps and input layers: the main maps' (``--steps-k K [--layers ...]``)."""
+    c = variant_config("firp", "main")
+    return f"--steps-k {c['steps_k']}" + (f" --layers {','.join(map(str, c['layers']))}" if c.get("layers") else "")
 
 
 def bild_exit_inputs(wildcards):

@@ -1,6 +1,7 @@
 # FIRP: the K affine maps trained on the base model's greedy answers (frozen model), their
 # held-out accuracy per step (the tree search's input) stored in the checkpoint. Raw statistics
-# and learning curves under <root>/firp/raw/.
+# and learning curves under <root>/firp/raw/. One training per variant of config firp.variants:
+# main (what decoding uses) and the layer sweeps of Figures 5-7 (firp.ablation names which).
 FIRP = P.raw["firp"]
 FIRP_RAW = f"{ROOT}/firp/raw"
 
@@ -47,6 +48,52 @@ rule firp_cosine:
         "{params.env} {params.py} -m firp.analysis --model {params.m} --maps {params.maps}"
         " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
+
+
+# Figure 3's early-exit baseline (firp.early_exit): step i's head reads the anchor's state entering
+# the main maps' layer t_i; trained like the Medusa heads (components.medusa's recipe, teacher cache).
+rule firp_early_exit:
+    input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
+    output:
+        heads=f"{COMP}/firp_early_exit/heads.pt",
+        stats=f"{FIRP_RAW}/early_exit_stats.json",
+        curve=f"{FIRP_RAW}/early_exit_curve.jsonl",
+    conda: "../env.yml"
+    log: f"{LOGS}/firp_early_exit.log"
+    benchmark: f"{BENCH}/firp_early_exit.tsv"
+    threads: rule_threads("firp_early_exit")
+    resources: **rule_resources("firp_early_exit")
+    params:
+        env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, dev=P.device, out=parent_of_heads, steps=firp_exit_flags(),
+        share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
+        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["medusa"]),
+    shell:
+        "{params.env} {params.py} -m firp.early_exit --model {params.m} --teacher {input.teacher}"
+        " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+        " --stats-out {output.stats} --curve-out {output.curve} {params.steps} {params.share}"
+        " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
+        " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+# Figure 3: the main maps, the early-exit heads and the Medusa heads scored on the same split points
+# of the held-out greedy answers (firp.accuracy).
+rule firp_topk:
+    input:
+        maps=f"{COMP}/firp_maps/main/maps.pt", early=f"{COMP}/firp_early_exit/heads.pt",
+        medusa=f"{COMP}/medusa/heads.pt", corpus=f"{COMP}/corpus.pt",
+    output: f"{FIRP_RAW}/topk.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/firp_topk.log"
+    benchmark: f"{BENCH}/firp_topk.tsv"
+    threads: rule_threads("firp_topk")
+    resources: **rule_resources("firp_topk")
+    params:
+        env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device, maps=parent_of_maps,
+        early=firp_input_folder("early"), medusa=firp_input_folder("medusa"),
+    shell:
+        "{params.env} {params.py} -m firp.accuracy --model {params.m} --maps {params.maps} --early-exit {params.early}"
+        " --medusa {params.medusa} --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]}"
+        " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
 
 
 # The decoding benchmark of one dataset: the section's decoders (vanilla, self-speculative, Medusa

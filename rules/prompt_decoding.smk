@@ -1,7 +1,9 @@
 # Parallel prompt decoding: prompt tokens trained on the base model's greedy answers (frozen
 # model, only the embeddings learn), their held-out accuracy per distance (the sparse tree's
 # input) stored in the checkpoint; one training per variant (the appendix ablations too). Raw
-# statistics and learning curves under <root>/prompt_decoding/raw/.
+# statistics and learning curves under <root>/prompt_decoding/raw/. A variant with a ``base`` trains
+# on that model instead (``draft``: the distilled draft, whose prompt tokens pd_speculative runs), on
+# its own greedy answers (pd_base_corpora). pd.spec's benchmark: pd_spec_bench.
 PD = P.raw["prompt_decoding"]
 PD_RAW = f"{ROOT}/prompt_decoding/raw"
 
@@ -9,6 +11,29 @@ PD_RAW = f"{ROOT}/prompt_decoding/raw"
 wildcard_constraints:
     pdv="|".join(PD["variants"]),
     pdset="|".join(PD["bench"]["datasets"]),
+    pdspec="|".join(PD["spec"]["datasets"]),
+
+
+# Self-distillation needs the trained model's own greedy answers: for a variant with a base, that
+# model's answers to the same ShareGPT prompts as the profile's corpora (rules selfdistill_corpus,
+# seq_corpus: held out, then the training prompts after them).
+rule pd_base_corpora:
+    input: pd_base_corpora_inputs
+    output:
+        corpus=f"{COMP}/prompt_tokens/{{pdv}}/corpus.pt",
+        seqcorpus=f"{COMP}/prompt_tokens/{{pdv}}/seqcorpus.pt",
+    conda: "../env.yml"
+    log: f"{LOGS}/pd_base_corpora_{{pdv}}.log"
+    benchmark: f"{BENCH}/pd_base_corpora_{{pdv}}.tsv"
+    threads: rule_threads("pd_base_corpora")
+    resources: **rule_resources("pd_base_corpora")
+    params: env=ENV, py=PY, m=pd_train_model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
+    shell:
+        "({params.env} {params.py} -m common.selfdistill --model {params.m} --out {output.corpus}"
+        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}"
+        " && {params.env} {params.py} -m common.selfdistill --model {params.m} --out {output.seqcorpus}"
+        " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
+        " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}) > {log} 2>&1"
 
 
 rule pd_train:
@@ -23,7 +48,7 @@ rule pd_train:
     threads: rule_threads("pd_train")
     resources: **rule_resources("pd_train")
     params:
-        env=ENV, py=PY, m=P.model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
+        env=ENV, py=PY, m=pd_train_model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
         stop=pd_stopping_flags, extra=pd_variant_flags,
     shell:
         "{params.env} {params.py} -m prompt_decoding.train --model {params.m} --out {params.out}"
@@ -51,6 +76,27 @@ rule pd_bench:
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.pdset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
+        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
+        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
+        " --resume --out {output} > {log} 2>&1"
+
+
+# pd.spec (section 5.3): vanilla, speculative and pd_speculative (prompt decoding inside the draft),
+# each drafter at every gamma of config prompt_decoding.spec, all on variant draft's base, interleaved
+# per prompt; resumable.
+rule pd_spec_bench:
+    input: pd_spec_inputs()
+    output: f"{PD_RAW}/spec_{{pdspec}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/pd_spec_bench_{{pdspec}}.log"
+    benchmark: f"{BENCH}/pd_spec_bench_{{pdspec}}.tsv"
+    threads: rule_threads("pd_spec_bench")
+    resources: **rule_resources("pd_spec_bench")
+    params:
+        env=ENV, py=PY, p=P, b=PD["spec"], n=pd_spec_prompts, decoders=pd_spec_decoders(), dcfg=pd_spec_config(),
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        " --dataset {wildcards.pdspec} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
         " --resume --out {output} > {log} 2>&1"

@@ -1,0 +1,129 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # Prompt decoding inside speculative decoding's draft (section 5.3)
+# Speculative decoding (`speculative`): a draft model proposes a chain of γ tokens, one draft
+# forward per token, and the target verifies the chain in one forward. `pd_speculative` makes
+# the same chain with parallel prompt decoding *on the draft*: prompt tokens trained on the draft
+# (variant `draft`, on the draft's own greedy answers) guess its next tokens, and the draft
+# verifies its guesses itself, so the chain is exactly the draft's greedy chain in fewer draft
+# forwards (`prompt_decoding/spec.py`'s docstring). Both drafters use the same draft, each
+# at every γ of config `prompt_decoding.spec`, run back to back with `vanilla` on each prompt
+# (`rules/prompt_decoding.smk`, `pd_spec_bench`); each is compared at its fastest γ. Greedy: every
+# output must equal `vanilla`'s, and at one γ both drafters propose the same chains, so their
+# accepted lengths per step must be equal too. The paper (Vicuna-68M drafting for Vicuna-7B on
+# a GPU): up to 1.22× over speculative decoding alone.
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from common.render import Render, paper_numbers
+from common.report import provenance, summarize, trend
+
+R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
+inputs = R.inputs
+runs = R.runs("spec_")  # dataset -> records
+draft_pt = R.find("train_draft_stats.json")  # the draft's prompt tokens
+paper = paper_numbers(package)["spec"]
+records = [r for recs in runs.values() for r in recs]
+drafts = sorted({str(r["decoder_config"]["draft"]) for r in records if r["decoder"] != "vanilla"})
+meta = {"model": ", ".join(sorted({r["model"] for r in records})), "draft": ", ".join(drafts),
+        "draft prompt tokens": (f"{draft_pt['m']} x {draft_pt['n']} EPT trained on {draft_pt['model']}'s own "
+                                f"greedy answers ({draft_pt['steps']} steps, {draft_pt['train_wall_s'] / 60:.1f} min; "
+                                f"held-out top-1 per distance {[round(a, 3) for a in draft_pt['heldout_top1']]})"),
+        "profile": profile, **provenance(records), "sources": ", ".join(str(p) for p in inputs)}
+meta
+
+# %% md
+# ## Speed, accepted length and draft cost per decoder and γ
+# `tokens_per_s`, `speedup` over `vanilla` (same run), `tau` = tokens per target forward (the
+# prefill counts as one step), `draft_tokens_per_forward` = drafted tokens / draft forwards (1
+# for `speculative` up to its prefill; more when the draft's prompt tokens guess right),
+# `draft_ms_per_step` and `target_ms_per_step` = forward time per target step, `best` = the
+# fastest γ of each drafter.
+
+# %%
+def gamma_of(label):
+    return int(label.split("@g")[1]) if "@g" in label else None
+
+
+rows = []
+for dataset, recs in runs.items():
+    s = summarize(recs).set_index("decoder")
+    df = pd.DataFrame(recs)
+    for name, g in df.groupby("decoder", sort=False):
+        ex = pd.DataFrame(list(g.extra))
+        row = {"dataset": dataset, "decoder": name, "drafter": name.split("@")[0], "gamma": gamma_of(name),
+               "prompts": int(s.loc[name, "prompts"]), "tokens_per_s": s.loc[name, "tokens_per_s"],
+               "speedup": s.loc[name, "speedup"], "tau": s.loc[name, "mean_accepted_length"],
+               "identical_to_vanilla": s.loc[name, "identical_to_vanilla"]}
+        if "draft_forwards" in ex:
+            drafted = sum(sum(p) for p in ex.proposed)
+            row.update({"draft_tokens_per_forward": drafted / ex.draft_forwards.sum(),
+                        "draft_ms_per_step": 1000 * ex.draft_forward_s.sum() / g.steps.sum(),
+                        "target_ms_per_step": 1000 * ex.target_forward_s.sum() / g.steps.sum()})
+        rows.append(row)
+table = pd.DataFrame(rows)
+best = table[table.gamma.notna()].groupby(["dataset", "drafter"]).tokens_per_s.idxmax()
+table["best"] = table.index.isin(best.values)
+table
+
+# %% md
+# ## Prompt decoding in the draft against speculative decoding alone
+# Each drafter at its fastest γ; `gain` = `pd_speculative`'s tokens/s over `speculative`'s
+# (within one run).
+
+# %%
+print("paper:", paper["cite"])
+for c in paper["claims"]:
+    print("paper:", c)
+pairs = []
+for dataset, t in table[table.best].groupby("dataset"):
+    b = t.set_index("drafter")
+    pairs.append({"dataset": dataset, "speculative": b.loc["speculative", "decoder"],
+                  "pd_speculative": b.loc["pd_speculative", "decoder"],
+                  "gain": b.loc["pd_speculative", "tokens_per_s"] / b.loc["speculative", "tokens_per_s"],
+                  "paper_gain": paper["speedup_over_speculative"]})
+pairs = pd.DataFrame(pairs)
+print(pairs.to_string(index=False))
+print(trend("prompt decoding in the draft is faster than speculative decoding alone (best gamma each)",
+            pairs.gain > 1.0))
+print(trend("the draft's prompt tokens make more than one draft token per draft forward",
+            table[table.drafter == "pd_speculative"].draft_tokens_per_forward > 1.0))
+print(trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
+# Same gamma, same chains: the accepted lengths of every step of every prompt agree.
+same = []
+for dataset, recs in runs.items():
+    acc = {(r["decoder"], r["question_id"]): r["accept_lengths"] for r in recs}
+    for g in set(table.gamma.dropna()):
+        a, b = f"speculative@g{int(g)}", f"pd_speculative@g{int(g)}"
+        same += [acc[(a, q)] == acc[(b, q)] for (d, q) in acc if d == a and (b, q) in acc]
+print(trend("at equal gamma both drafters' steps accept the same lengths (the same chains)", same))
+R.save_table(table, meta)
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+van = table[table.decoder == "vanilla"]
+for drafter, g in table[table.gamma.notna()].groupby("drafter"):
+    g = g.sort_values("gamma")
+    axes[0].plot(g.gamma, g.tokens_per_s, "o-", label=drafter)
+    axes[1].plot(g.gamma, g.draft_tokens_per_forward, "o-", label=drafter)
+for v in van.tokens_per_s:
+    axes[0].axhline(v, color="grey", lw=0.8, ls="--", label="vanilla")
+axes[0].set_title("tokens/s by draft length")
+axes[1].set_title("draft tokens per draft forward")
+for a in axes:
+    a.set_xlabel("gamma (draft tokens per target step)")
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.legend(fontsize=8)
+fig.suptitle(f"{meta['model']} (draft {meta['draft']}), {profile}, {meta.get('device')}", fontsize=9)
+R.save_figure(fig)
+
+# %%
+R.publish()  # last step: tables and figure move into place only when all of it worked
