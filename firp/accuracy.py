@@ -77,38 +77,17 @@ def _trained(folder: Path) -> dict:
 
 
 def _main(argv=None) -> None:
-    import argparse
-
-    from common import selfdistill
-    from common.checks import check_device
     from common.hardware import code_version, describe
-    from common.models import load_model
     from common.records import JsonlWriter
-    from common.training import read_trained
 
-    from .decoding import new_maps, trained_meta
+    from .analysis import maps_cli
 
-    ap = argparse.ArgumentParser(description="FIRP Figure 3: draft-token top-k accuracy of FIRP, early exit and Medusa")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--maps", type=Path, required=True, help="folder with maps.pt (python -m firp.train)")
-    ap.add_argument("--early-exit", type=Path, required=True, help="folder with heads.pt (python -m firp.early_exit)")
-    ap.add_argument("--medusa", type=Path, required=True, help="folder with heads.pt (python -m common.medusa)")
-    ap.add_argument("--heldout-corpus", type=Path, required=True)
-    ap.add_argument("--heldout-prompts", type=int, default=32)
-    ap.add_argument("--answer-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model, device=str(check_device(a.device)))
-    state = read_trained(a.maps / "maps.pt", hint="train it first (python -m firp.train)")
-    meta = state["identity"]["meta"]
-    if meta != trained_meta(model, meta):
-        raise UserError(f"maps at {a.maps} were trained for {meta}, not for {a.model}")
-    maps = new_maps(model, meta["layers"])
-    maps.load_state_dict(state["module"])
+    def add_args(ap):
+        ap.add_argument("--early-exit", type=Path, required=True, help="folder with heads.pt (python -m firp.early_exit)")
+        ap.add_argument("--medusa", type=Path, required=True, help="folder with heads.pt (python -m common.medusa)")
+
+    a, model, maps, meta, corpus = maps_cli(
+        "FIRP Figure 3: draft-token top-k accuracy of FIRP, early exit and Medusa", argv, add_args)
     K = maps.steps
     early, early_layers, early_meta = load_heads(model, a.early_exit)
     medusa, medusa_layers, medusa_meta = load_heads(model, a.medusa)
@@ -118,8 +97,6 @@ def _main(argv=None) -> None:
     for name, m in (("early-exit", early_meta), ("Medusa", medusa_meta)):
         if m["n_heads"] < K:
             raise UserError(f"the {name} heads have {m['n_heads']} heads, fewer than the maps' {K} steps")
-    corpus = selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
-                                       max_new_tokens=a.answer_tokens)
     seqs = [torch.tensor(c["ids"], device=model.device) for c in corpus]
     starts = [int(c["start"]) for c in corpus]
     methods = {

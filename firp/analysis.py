@@ -54,21 +54,28 @@ def cosine_by_layer(model, maps: FirpMaps, seqs: list[tuple[torch.Tensor, int]],
     return [{"step": i + 1, "layer": layer, "cosine": v / count, "n": count} for (i, layer), v in sorted(sums.items())]
 
 
-def _main(argv=None) -> None:
+def maps_cli(description: str, argv, add_args=None):
+    """The shared command line of FIRP's analyses (Figures 3 and 4): parse ``argv``, load the
+    model and the trained maps of ``--maps``, and the held-out greedy corpus.
+
+    Returns:
+        ``(args, model, maps, meta, corpus)``: ``maps`` loaded with its training's state,
+        ``meta`` the checkpoint's meta (layers, mask_earlier), ``corpus`` the held-out answers.
+    """
     import argparse
 
     from common import selfdistill
     from common.checks import check_device
-    from common.hardware import code_version, describe
     from common.models import load_model
-    from common.records import JsonlWriter
     from common.training import read_trained
 
     from .decoding import new_maps, trained_meta
 
-    ap = argparse.ArgumentParser(description="FIRP: cosine similarity of pseudo states to the real states, per layer")
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--model", required=True)
     ap.add_argument("--maps", type=Path, required=True, help="folder with maps.pt (python -m firp.train)")
+    if add_args is not None:
+        add_args(ap)
     ap.add_argument("--heldout-corpus", type=Path, required=True)
     ap.add_argument("--heldout-prompts", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, default=128)
@@ -83,12 +90,23 @@ def _main(argv=None) -> None:
     meta = state["identity"]["meta"]
     if meta != trained_meta(model, meta):
         raise UserError(f"maps at {a.maps} were trained for {meta}, not for {a.model}")
+    maps = new_maps(model, meta["layers"])
+    maps.load_state_dict(state["module"])
     corpus = selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
                                        max_new_tokens=a.answer_tokens)
+    return a, model, maps, meta, corpus
+
+
+def _main(argv=None) -> None:
+    from common.hardware import code_version, describe
+    from common.records import JsonlWriter
+
+    from .decoding import new_maps
+
+    a, model, trained, meta, corpus = maps_cli(
+        "FIRP: cosine similarity of pseudo states to the real states, per layer", argv)
     seqs = [(torch.tensor(c["ids"], device=model.device), int(c["start"])) for c in corpus]
     mask_earlier = bool(meta.get("mask_earlier", False))
-    trained = new_maps(model, meta["layers"])
-    trained.load_state_dict(state["module"])
     prov = {"model": a.model, "hardware": describe(a.device), "code_version": code_version(), "maps": str(a.maps),
             "layers": meta["layers"], "mask_earlier": mask_earlier}
     with JsonlWriter(a.out) as w:

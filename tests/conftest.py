@@ -30,6 +30,16 @@ def llama_pair(chaotic_llama):
 
 
 @pytest.fixture(scope="session")
+def spec_drafts(chaotic_llama):
+    """Drafts of ``chaotic_llama`` for the speculative decoders: a random 1-layer draft (rarely
+    agrees), a slightly perturbed copy (agrees for a few tokens at a time) and the target
+    itself (always agrees: every chain fully accepted)."""
+    from common.decoders.speculative import perturbed_copy
+    return {"random": tiny_llama(seed=1, layers=1, scale=10.0), "near": perturbed_copy(chaotic_llama, 0.002, seed=7),
+            "self": chaotic_llama}
+
+
+@pytest.fixture(scope="session")
 def t5_pair():
     """(large, small) tiny T5s: the small one a slightly perturbed copy of the large."""
     from common.decoders.speculative import perturbed_copy

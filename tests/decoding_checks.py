@@ -5,6 +5,9 @@ import torch
 
 from common.decoders import get_decoder
 
+# prompts of the tiny LLaMAs' vocabulary (96) for the speculative decoders' tests
+SPEC_PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 9], [1, 77, 3, 3, 3, 12, 60, 61]]
+
 
 def assert_exact_and_accepting(model, name: str, prompts: int = 6, new_tokens: int = 40, **cfg) -> None:
     """Decoder ``name`` gives ``vanilla``'s tokens on random prompts, and accepts some of its

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from common.decoders import get_decoder
-from common.decoders.speculative import perturbed_copy
 from common.errors import UserError
 from common.models import tiny_llama, tiny_t5
 from common.training import save_trained
 from prompt_decoding.decoding import new_prompts, prompts_meta
+from decoding_checks import SPEC_PROMPTS
 
-PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 9], [1, 77, 3, 3, 3, 12, 60, 61]]
+PROMPTS = SPEC_PROMPTS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,14 +28,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def target(chaotic_llama):
     return chaotic_llama
-
-
-@pytest.fixture(scope="module")
-def drafts(target):
-    """A random 1-layer draft (rarely agrees), a near copy of the target (agrees for a few
-    tokens at a time) and the target itself (always agrees: every chain fully accepted)."""
-    return {"random": tiny_llama(seed=1, layers=1, scale=10.0), "near": perturbed_copy(target, 0.002, seed=7),
-            "self": target}
 
 
 def draft_prompts(draft, folder, m=3, n=1, scale=50.0, seed=3):
@@ -89,9 +81,9 @@ def oracle(draft, wrong_every=3):
 
 @pytest.mark.parametrize("draft", ["random", "near", "self"])
 @pytest.mark.parametrize("gamma,shape", [(1, "dynamic"), (2, "static"), (4, "dynamic")])
-def test_equals_vanilla_with_random_prompt_tokens(target, drafts, tmp_path, draft, gamma, shape):
-    folder = draft_prompts(drafts[draft], tmp_path / "pt")
-    dec = get_decoder("pd_speculative", target, draft=drafts[draft], prompt_tokens=folder, gamma=gamma, tree=12,
+def test_equals_vanilla_with_random_prompt_tokens(target, spec_drafts, tmp_path, draft, gamma, shape):
+    folder = draft_prompts(spec_drafts[draft], tmp_path / "pt")
+    dec = get_decoder("pd_speculative", target, draft=spec_drafts[draft], prompt_tokens=folder, gamma=gamma, tree=12,
                       shape=shape)
     vanilla = get_decoder("vanilla", target)
     for prompt in PROMPTS:
@@ -105,20 +97,20 @@ def test_equals_vanilla_with_random_prompt_tokens(target, drafts, tmp_path, draf
 
 @pytest.mark.parametrize("draft", ["random", "near", "self"])
 @pytest.mark.parametrize("guesses", ["random", "oracle"])
-def test_proposals_are_speculatives_in_fewer_draft_forwards(target, drafts, tmp_path, draft, guesses):
+def test_proposals_are_speculatives_in_fewer_draft_forwards(target, spec_drafts, tmp_path, draft, guesses):
     """Step by step the same chains as ``speculative`` on the same draft (so the same accepted
     lengths); with guesses that are often right, in fewer draft forwards."""
-    folder = draft_prompts(drafts[draft], tmp_path / "pt")
+    folder = draft_prompts(spec_drafts[draft], tmp_path / "pt")
     gamma = 4
-    ppd = get_decoder("pd_speculative", target, draft=drafts[draft], prompt_tokens=folder, gamma=gamma, tree=16)
-    spec = get_decoder("speculative", target, draft=drafts[draft], gamma=gamma)
+    ppd = get_decoder("pd_speculative", target, draft=spec_drafts[draft], prompt_tokens=folder, gamma=gamma, tree=16)
+    spec = get_decoder("speculative", target, draft=spec_drafts[draft], gamma=gamma)
     seen_p, seen_s = recorded(ppd), recorded(spec)
     if guesses == "oracle":
         make = ppd.make_proposer
 
         def with_oracle(ids):
             p = make(ids)
-            p.inner.guesses = oracle(drafts[draft]).__get__(p.inner)
+            p.inner.guesses = oracle(spec_drafts[draft]).__get__(p.inner)
             return p
         ppd.make_proposer = with_oracle
     forwards = {"pd": 0, "spec": 0}
@@ -136,12 +128,12 @@ def test_proposals_are_speculatives_in_fewer_draft_forwards(target, drafts, tmp_
         assert forwards["pd"] < 0.7 * forwards["spec"], forwards
 
 
-def test_guesses_after_a_rejection_come_from_the_committed_sequence(target, drafts, tmp_path):
+def test_guesses_after_a_rejection_come_from_the_committed_sequence(target, spec_drafts, tmp_path):
     """Whenever the draft's next guesses are set (after a draft step, after the target's step,
     after a catch-up), they come from the prompt tokens of the draft's last cached position: the
     same states a plain causal forward of the prompt tokens after the draft's cache gives. With
     a near draft the target rejects often, so the rows kept from earlier draft steps are used."""
-    draft = drafts["near"]
+    draft = spec_drafts["near"]
     folder = draft_prompts(draft, tmp_path / "pt", scale=1.0)
     dec = get_decoder("pd_speculative", target, draft=draft, prompt_tokens=folder, gamma=4, tree=16)
     checked = []
@@ -174,8 +166,8 @@ def test_guesses_after_a_rejection_come_from_the_committed_sequence(target, draf
     assert rejected > 5 and len(checked) > 20
 
 
-def test_bad_options_name_what_is_valid(target, drafts, tmp_path):
-    draft = drafts["near"]
+def test_bad_options_name_what_is_valid(target, spec_drafts, tmp_path):
+    draft = spec_drafts["near"]
     ok = {"draft": draft, "prompt_tokens": draft_prompts(draft, tmp_path / "pt")}
     cases = [
         ({"prompt_tokens": ok["prompt_tokens"]}, "needs a draft model; set option draft="),
@@ -194,12 +186,12 @@ def test_bad_options_name_what_is_valid(target, drafts, tmp_path):
             get_decoder("pd_speculative", target, **opts)
     # prompt tokens trained for the target, not for the draft
     with pytest.raises(UserError, match="trained for .*'layers': 4.*not for this model .*'layers': 1"):
-        get_decoder("pd_speculative", target, draft=drafts["random"], prompt_tokens=draft_prompts(target, tmp_path / "t"))
+        get_decoder("pd_speculative", target, draft=spec_drafts["random"], prompt_tokens=draft_prompts(target, tmp_path / "t"))
     with pytest.raises(UserError, match="needs a causal LM"):
         get_decoder("pd_speculative", tiny_t5(seed=0), **ok)
 
 
-def test_training_refuses_another_models_answers(target, drafts, tmp_path):
+def test_training_refuses_another_models_answers(target, spec_drafts, tmp_path):
     """Prompt tokens for the draft learn the draft's greedy continuation: trained on the
     target's answers, the trainer stops with what to build instead; on its own, it trains."""
     from decoding_checks import WordTokenizer, frozen, greedy_sequences
@@ -207,7 +199,7 @@ def test_training_refuses_another_models_answers(target, drafts, tmp_path):
     from common.training import Stopping
     from prompt_decoding.train import own_greedy_rate, train_prompts
 
-    draft = drafts["random"]
+    draft = spec_drafts["random"]
     theirs = greedy_sequences(target, 2, seed=50)
     assert own_greedy_rate(target, *zip(*theirs)) > 0.95 and own_greedy_rate(draft, *zip(*theirs)) < 0.5
     cfg = TrainConfig(lr=1e-2, epochs=1, batch_size=1, warmup_frac=0.0, schedule="cosine", max_steps=2)

@@ -10,14 +10,14 @@ import torch
 
 from common import acceptance as acc
 from common.decoders import DECODERS, get_decoder, tree_loop
-from common.decoders.speculative import perturbed_copy
 from common.decoders.tree_loop import (Proposal, Proposer, TreeDecoder, candidates_from_topk,
                                        chain_tree)
 from common.errors import UserError
 from common.models import tiny_llama
 from common.tree import build_tree
+from decoding_checks import SPEC_PROMPTS
 
-PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 9], [1, 77, 3, 3, 3, 12, 60, 61]]
+PROMPTS = SPEC_PROMPTS
 LENGTHS = [1, 7, 30]
 
 
@@ -31,11 +31,8 @@ def target(chaotic_llama):
 
 
 @pytest.fixture(scope="module")
-def drafts(target):
-    """A random 1-layer draft (rarely agrees), a slightly perturbed copy of the target
-    (agrees for a few tokens at a time) and the target itself (always agrees)."""
-    near = perturbed_copy(target, 0.002, seed=7)
-    return {"random": tiny_llama(seed=1, layers=1, scale=10.0), "near": near, "self": target}
+def drafts(spec_drafts):
+    return spec_drafts
 
 
 CONFIGS = [  # (decoder, options; draft names refer to the ``drafts`` fixture)
