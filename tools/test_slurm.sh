@@ -238,12 +238,13 @@ if len(logs) < len(submitted):
 span = {j: (datetime.fromisoformat(jobs[j][2]), datetime.fromisoformat(jobs[j][3])) for j in submitted.values()
         if j in jobs and jobs[j][1] == "COMPLETED"}
 for j, (a, b) in span.items():
-    if rule_of[j] in ("bench_cross", "cost_curve", "ppdp_bench"):
+    if re.search(r"bench|sweep|^cost_curve$", rule_of[j]):  # every rule that times decoding
         for k, (c, d) in span.items():
             if k != j and c < b and d > a:
                 fail.append(f"timing job {j} ({rule_of[j]}) overlapped job {k} ({rule_of[k]})")
-# tables: equal to the local run's, except columns that measure time or memory
-measured = re.compile(r"(^|_)ms($|_)|ratio|per_s|speedup|latency_s|latency_128|mem_mib|wall|step_cost|limit")
+# tables: equal to the local run's, except columns that measure time or memory (or derive from
+# such: the cost curve's step costs and objective, normalised latencies, training minutes)
+measured = re.compile(r"(^|_)(ms|min|cost|objective)($|_)|ratio|per_s|tok_s|speedup|latency|mem_mib|wall|limit")
 measured_row = re.compile(r"(?i)wall time")  # a row that reports a measured time (ppdp.table4)
 names = sorted(str(p.relative_to(local)) for p in local.glob("*/tables/*.csv"))
 if names != sorted(str(p.relative_to(remote)) for p in remote.glob("*/tables/*.csv")) or not names:
@@ -255,6 +256,8 @@ for name in names:
         rows = ~a.iloc[:, 0].astype(str).str.contains(measured_row)
         a, b = a[rows].reset_index(drop=True), b[rows].reset_index(drop=True)
     keep = [c for c in a.columns if not measured.search(c)]
+    if list(a.columns) == list(b.columns):  # rows ordered by a measured value (fastest first): compare as sets
+        a, b = (t[keep].astype(str).sort_values(keep).reset_index(drop=True) for t in (a, b))
     if list(a.columns) != list(b.columns) or not a[keep].equals(b[keep]):
         fail.append(f"{name} differs from the local run's:\n{a[keep].compare(b[keep]) if list(a.columns) == list(b.columns) else list(b.columns)}")
     compared += a[keep].size
