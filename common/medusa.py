@@ -411,8 +411,8 @@ class Medusa(TreeDecoder):
         def meta_for(meta):  # labels and train_vocab say how they were trained, not for which model
             if "input_layers" in meta:
                 raise UserError(f"heads at {self.cfg['heads']} read layers {meta['input_layers']} (early-exit "
-                                "heads, python -m firp.early_exit), not the last hidden state; valid: heads from "
-                                "python -m common.medusa")
+                                "heads), not the last hidden state; valid: heads trained on the last hidden state "
+                                "(python -m common.medusa without layers)")
             return {**heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))),
                     **{k: meta[k] for k in ("labels", "train_vocab") if k in meta}}
         folder, state = self.trained_component("heads", "heads.pt", "python -m common.medusa", meta_for)
