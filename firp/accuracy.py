@@ -97,8 +97,9 @@ def _main(argv=None) -> None:
     for name, m in (("early-exit", early_meta), ("Medusa", medusa_meta)):
         if m["n_heads"] < K:
             raise UserError(f"the {name} heads have {m['n_heads']} heads, fewer than the maps' {K} steps")
-    seqs = [torch.tensor(c["ids"], device=model.device) for c in corpus]
-    starts = [int(c["start"]) for c in corpus]
+    answers = corpus()  # after the checks above: it may have to be generated
+    seqs = [torch.tensor(c["ids"], device=model.device) for c in answers]
+    starts = [int(c["start"]) for c in answers]
     methods = {
         "firp": (firp_predictor(model, maps, bool(meta.get("mask_earlier", False))), list(meta["layers"]), a.maps,
                  {"params": sum(p.numel() for p in maps.parameters())}),

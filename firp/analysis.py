@@ -60,7 +60,7 @@ def maps_cli(description: str, argv, add_args=None):
 
     Returns:
         ``(args, model, maps, meta, corpus)``: ``maps`` loaded with its training's state,
-        ``meta`` the checkpoint's meta (layers, mask_earlier), ``corpus`` the held-out answers.
+        ``meta`` the checkpoint's meta (layers, mask_earlier), ``corpus()`` the held-out answers.
     """
     import argparse
 
@@ -92,8 +92,10 @@ def maps_cli(description: str, argv, add_args=None):
         raise UserError(f"maps at {a.maps} were trained for {meta}, not for {a.model}")
     maps = new_maps(model, meta["layers"])
     maps.load_state_dict(state["module"])
-    corpus = selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
-                                       max_new_tokens=a.answer_tokens)
+    # loaded when asked, after the caller's own checks (load_or_build may have to generate it)
+    def corpus():
+        return selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
+                                         max_new_tokens=a.answer_tokens)
     return a, model, maps, meta, corpus
 
 
@@ -105,7 +107,7 @@ def _main(argv=None) -> None:
 
     a, model, trained, meta, corpus = maps_cli(
         "FIRP: cosine similarity of pseudo states to the real states, per layer", argv)
-    seqs = [(torch.tensor(c["ids"], device=model.device), int(c["start"])) for c in corpus]
+    seqs = [(torch.tensor(c["ids"], device=model.device), int(c["start"])) for c in corpus()]
     mask_earlier = bool(meta.get("mask_earlier", False))
     prov = {"model": a.model, "hardware": describe(a.device), "code_version": code_version(), "maps": str(a.maps),
             "layers": meta["layers"], "mask_earlier": mask_earlier}
