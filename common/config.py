@@ -244,7 +244,8 @@ def check_decoder_labels(config: dict) -> None:
 def check_bench_subsets(name: str, profile_raw: Mapping) -> None:
     """Raise UserError where a section's ``bench/decoders_by_dataset`` names a dataset the
     benchmark does not run or a decoder outside its ``decoders`` (the rule's inputs and options
-    come from ``decoders``, so a subset is all a dataset may narrow it to)."""
+    come from ``decoders``, so a subset is all a dataset may narrow it to), or its
+    ``figure_datasets`` names a dataset the benchmark does not run."""
     for sec_name, sec in profile_raw.items():
         bench = sec.get("bench") if isinstance(sec, Mapping) else None
         if not isinstance(bench, Mapping):
@@ -257,6 +258,11 @@ def check_bench_subsets(name: str, profile_raw: Mapping) -> None:
             if extra:
                 raise UserError(f"{where}: {', '.join(extra)} not among the benchmark's decoders; "
                                 f"valid: {', '.join(bench['decoders'])}")
+        for art, datasets in (sec.get("figure_datasets") or {}).items():
+            unknown = [d for d in datasets if d not in bench["datasets"]]
+            if unknown:  # the artifact would wait on a benchmark no rule runs
+                raise UserError(f"config profiles/{name}/{sec_name}/figure_datasets/{art}: the benchmark runs no "
+                                f"dataset {', '.join(unknown)}; valid: {', '.join(bench['datasets'])}")
 
 
 def bench_decoders(bench: Mapping, dataset: str) -> list[str]:

@@ -96,6 +96,8 @@ def _pd_bench(c):
      "decoders_by_dataset/humaneval: medusa@t63 not among the benchmark's decoders; valid: vanilla,"),
     (lambda c: _pd_bench(c)["decoders_by_dataset"].update({"humaneval": ["prompt_decoding@t8", "medusa@t16"]}),
      "does not contain"),
+    (lambda c: c["profiles"]["smoke"]["firp"]["figure_datasets"].update(fig1=["xsum"]),
+     "firp/figure_datasets/fig1: the benchmark runs no dataset xsum; valid: mt-bench, sharegpt-summarize"),
 ])
 def test_bench_subsets_checked(edit, msg):
     """A per-dataset decoder subset must name a dataset the benchmark runs and only its decoders

@@ -3,9 +3,10 @@
 
 # %% md
 # # FIRP: speed against Medusa and self-speculative decoding
-# One benchmark run per dataset (`rules/firp.smk`, `firp_bench`): `vanilla`, self-speculative
-# layer skipping, Medusa and FIRP at the paper's tree sizes (16, 32, 63 nodes: the best tree
-# for each method's own measured held-out accuracies), run back to back on each prompt, so
+# One benchmark run per dataset (`rules/firp.smk`, `firp_bench`): `vanilla`, Medusa and FIRP at
+# the paper's tree sizes (16, 32, 63 nodes: the best tree for each method's own measured held-out
+# accuracies), with self-speculative layer skipping on the Table 1 datasets and prompt lookup on
+# MT-Bench (Table 2's training-free baseline, standing in for Lookahead), run back to back on each prompt, so
 # every ratio is taken within one run on one machine. Greedy decoding is exact: every output
 # is compared with `vanilla`'s, so quality cannot differ between methods (it is reported for
 # the paper's comparison). The paper's numbers (`firp/paper_numbers.yaml`) come from
@@ -88,7 +89,9 @@ R.save_table(table, meta)
 
 # %% md [firp.table2]
 # ## Table 2: MT-Bench speedup
-# Every decoder of the MT-Bench run (each tree size), beside the paper's Table 2.
+# Every decoder of the MT-Bench run (each tree size), beside the paper's Table 2 (Lookahead,
+# Medusa, FIRP). Prompt lookup is the training-free n-gram drafter implemented here, not
+# Lookahead; the other decoders on the same prompts and machine are in `cross.table`.
 
 # %% [firp.table2]
 table = summarize(benches["mt-bench"])
@@ -125,10 +128,13 @@ if {"firp", "medusa"} <= set(wide.columns):
 R.save_table(table, meta)
 
 # %% md [firp.fig1]
-# ## Figure 1: (a) speedup and draft size per method, (b) accepted tokens per forward (MT-Bench)
+# ## Figure 1: (a) speedup and draft size per method, (b) accepted tokens per forward
+# Drawn from the run the config names (`firp/figure_datasets/fig1`): the summarization set, as
+# the paper's Figure 1 from XSum.
 
 # %% [firp.fig1]
-s = summarize(benches["mt-bench"]).set_index("decoder")
+(fig1_dataset, fig1_records), = benches.items()  # the rule declares exactly one benchmark run
+s = summarize(fig1_records).set_index("decoder")
 rows = []
 for m in ("self_speculative", "medusa", "firp"):
     d = best_of(s, m)
@@ -144,7 +150,7 @@ axes[0].axhline(1.0, color="grey", lw=0.5)
 axes[0].set_ylabel("speedup over vanilla (draft parameters on top)")
 axes[1].bar(table.method, table.tau)
 axes[1].set_ylabel("accepted tokens per forward")
-fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9)
+fig.suptitle(f"{meta.get('model')}, {fig1_dataset}, {profile}, {meta.get('device')}", fontsize=9)
 R.save_figure(fig)
 R.save_table(table, meta)
 
