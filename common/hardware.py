@@ -31,8 +31,13 @@ except (ValueError, OSError, AttributeError):  # not a POSIX system: psutil is u
 
 def code_version() -> str:
     """The commit of this repository that produced a record, ``+dirty`` when tracked code
-    files (anything outside ``results/``) differ from it; ``unknown`` outside a git checkout."""
+    files (anything outside ``results/``) differ from it. A copy of the tree without its git
+    folder (a GPU machine that receives the working tree only) names the commit it was copied
+    from in the environment variable ``CODE_VERSION``; without either it is ``unknown``."""
     import subprocess
+
+    if not (Path(__file__).resolve().parent.parent / ".git").exists():
+        return os.environ.get("CODE_VERSION", "unknown")
 
     root = Path(__file__).resolve().parent.parent
     try:

@@ -77,3 +77,22 @@ def test_code_version_names_the_commit():
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
     v = code_version()
     assert re.fullmatch(r"[0-9a-f]{12}(\+dirty)?", v) and v.startswith(head)
+
+
+def test_code_version_of_a_copy_without_git(tmp_path, monkeypatch):
+    """A tree copied without .git (the GPU machine's copy) reports CODE_VERSION, else unknown."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    import common.hardware
+
+    (tmp_path / "common").mkdir()
+    shutil.copy(Path(common.hardware.__file__), tmp_path / "common" / "hardware.py")
+    spec = importlib.util.spec_from_file_location("hardware_copy", tmp_path / "common" / "hardware.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.delenv("CODE_VERSION", raising=False)
+    assert mod.code_version() == "unknown"
+    monkeypatch.setenv("CODE_VERSION", "0123456789ab")
+    assert mod.code_version() == "0123456789ab"
