@@ -60,7 +60,8 @@ def top(acc, k):
 def training(name):
     """What one sweep training cost and why it ended (the flat rule is off: 'epochs' expected)."""
     s = stats[name]
-    return {"steps": s["steps"], "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1)}
+    return {"steps": s["steps"], "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1),
+            "trained_on": s["hardware"].split(", torch")[0]}  # training minutes compare only on one device
 
 
 def check(names, ok, what):

@@ -70,7 +70,10 @@ def acc_cols(s):
     on every cut of the held-out answers, and what it cost."""
     a = accumulated(s["acc"])
     return {**dict(zip(COLS, [a[0, 0], a[0, 4], a[1, 0], a[1, 4]])), "steps": s["steps"], "stopped": s["stopped"],
-            "train_min": round((s["train_wall_s"] + (s.get("stage1_wall_s") or 0)) / 60, 1), "params": s["params"]}
+            "train_min": round((s["train_wall_s"] + (s.get("stage1_wall_s") or 0)) / 60, 1), "params": s["params"],
+            # where it trained: accuracies compare across devices (same recipe and data, fp32),
+            # training minutes do not
+            "trained_on": s["hardware"].split(", torch")[0]}
 
 
 def ablation_table(key, paper_rows):
