@@ -31,13 +31,15 @@ except (ValueError, OSError, AttributeError):  # not a POSIX system: psutil is u
 
 def code_version() -> str:
     """The commit of this repository that produced a record, ``+dirty`` when tracked code
-    files (anything outside ``results/``) differ from it. A copy of the tree without its git
-    folder (a GPU machine that receives the working tree only) names the commit it was copied
-    from in the environment variable ``CODE_VERSION``; without either it is ``unknown``."""
+    files (anything outside ``results/``) differ from it; ``unknown`` outside a git checkout.
+    The environment variable ``CODE_VERSION``, when set, names the commit instead: a copy of the
+    tree sent elsewhere (the lent GPU machine) may carry no git folder, or a stale one."""
     import subprocess
 
+    if os.environ.get("CODE_VERSION"):
+        return os.environ["CODE_VERSION"]
     if not (Path(__file__).resolve().parent.parent / ".git").exists():
-        return os.environ.get("CODE_VERSION", "unknown")
+        return "unknown"
 
     root = Path(__file__).resolve().parent.parent
     try:

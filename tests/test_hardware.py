@@ -80,7 +80,8 @@ def test_code_version_names_the_commit():
 
 
 def test_code_version_of_a_copy_without_git(tmp_path, monkeypatch):
-    """A tree copied without .git (the GPU machine's copy) reports CODE_VERSION, else unknown."""
+    """A tree copied without .git reports unknown; CODE_VERSION, when set, names the commit
+    (also inside a checkout: the GPU machine's copy carried a stale git folder)."""
     import importlib.util
     import shutil
     from pathlib import Path
@@ -96,3 +97,5 @@ def test_code_version_of_a_copy_without_git(tmp_path, monkeypatch):
     assert mod.code_version() == "unknown"
     monkeypatch.setenv("CODE_VERSION", "0123456789ab")
     assert mod.code_version() == "0123456789ab"
+    from common.hardware import code_version
+    assert code_version() == "0123456789ab"
