@@ -23,15 +23,19 @@ def test_keep_strips_run_state_and_restore_puts_it_back(tmp_path, monkeypatch, c
     state = torch.load(ckpt, weights_only=False)
     state["optimizer"] = {"big": torch.zeros(100)}
     torch.save(state, ckpt)
+    (ckpt.parent / "tree_16.json").write_text("{}")
 
     tool.keep("pkg", ["maps/main"], "embedded", root=tmp_path)
     kept = tmp_path / "results" / "pkg" / "checkpoints" / "embedded" / "maps" / "main" / "maps.pt"
     k = read_trained(kept)
     assert "optimizer" not in k and torch.equal(k["module"]["weight"], lin.state_dict()["weight"])
 
+    assert (kept.parent / "tree_16.json").read_text() == "{}"
     ckpt.unlink()
+    (ckpt.parent / "tree_16.json").unlink()
     tool.restore("pkg", "embedded", root=tmp_path)
     assert torch.equal(read_trained(ckpt)["module"]["bias"], lin.state_dict()["bias"])
+    assert (ckpt.parent / "tree_16.json").exists()
     tool.restore("pkg", "embedded", root=tmp_path)  # already there: left alone
     assert "kept in the cache already" in capsys.readouterr().out
 

@@ -40,7 +40,7 @@ def kept_dir(package: str, profile: str, root: Path = ROOT) -> Path:
 
 
 def keep(package: str, components: list[str], profile: str, root: Path = ROOT) -> None:
-    """Copy each component's finished ``*.pt`` (optimizer state dropped) and its small files."""
+    """Copy each component's finished ``*.pt`` (optimizer state dropped) and its ``*.json``."""
     for comp in components:
         src = cache_root() / "components" / profile / comp
         files = sorted(src.glob("*.pt"))
@@ -56,6 +56,8 @@ def keep(package: str, components: list[str], profile: str, root: Path = ROOT) -
             torch.save(state, tmp)
             os.replace(tmp, dst / f.name)
             print(f"kept {f} -> {dst / f.name} ({(dst / f.name).stat().st_size / 2**20:.1f} MiB)")
+        for f in sorted(src.glob("*.json")):  # what decoding reads beside it (Medusa's searched trees), stats
+            shutil.copyfile(f, dst / f.name)
 
 
 def restore(package: str, profile: str, root: Path = ROOT) -> None:
@@ -63,7 +65,7 @@ def restore(package: str, profile: str, root: Path = ROOT) -> None:
     if not base.is_dir():
         raise UserError(f"{base} does not exist; valid: a package with kept checkpoints "
                         f"({', '.join(sorted(p.parent.parent.name for p in root.glob('results/*/checkpoints/*'))) or 'none'})")
-    for f in sorted(base.rglob("*.pt")):
+    for f in sorted([*base.rglob("*.pt"), *base.rglob("*.json")]):
         dst = cache_root() / "components" / profile / f.relative_to(base)
         if dst.exists():
             print(f"kept in the cache already: {dst}")
