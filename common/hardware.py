@@ -38,9 +38,6 @@ def code_version() -> str:
 
     if os.environ.get("CODE_VERSION"):
         return os.environ["CODE_VERSION"]
-    if not (Path(__file__).resolve().parent.parent / ".git").exists():
-        return "unknown"
-
     root = Path(__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
