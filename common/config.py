@@ -317,31 +317,50 @@ def cross_components(profile: Profile) -> list[str]:
     return [c for c in COMPONENTS if "{" + c + "}" in text]
 
 
+def cross_joins(profile: Profile) -> dict[str, dict]:
+    """The paper sections whose own benchmark run joins ``cross.table`` (config ``cross.joins``):
+    section -> ``{record, stats, decoders}``, paths under the results root."""
+    return {s: dict(j) for s, j in profile.raw["cross"].get("joins", {}).items()}
+
+
+def cross_joined(profile: Profile) -> list[str]:
+    """The files the joins add to ``cross.table``'s inputs: each run's record and its component's stats."""
+    return [f for j in cross_joins(profile).values() for f in (j["record"], j["stats"])]
+
+
 def _values(profile: Profile, path: str) -> list[str]:
     """What ``{path}`` in an artifact input expands to: the items of a list or the keys of a
-    mapping at that dotted path of the profile's config (``cross_components``: see above)."""
+    mapping at that dotted path of the profile's config (``cross_components``,
+    ``cross_joined``: see above)."""
     if path == "cross_components":
         return cross_components(profile)
+    if path == "cross_joined":
+        return cross_joined(profile)
+    optional = path.startswith("?")  # "{?a.b}": "" when the profile sets a.b, else the input is left out
     node = profile.raw
-    for part in path.split("."):
+    for part in path.removeprefix("?").split("."):
         if not isinstance(node, Mapping) or part not in node:
+            if optional:
+                return []
             raise UserError(f"config/artifacts.yaml: '{{{path}}}' names nothing in profile {profile.name!r}")
         node = node[part]
-    return [str(v) for v in node]
+    return [""] if optional else [str(v) for v in node]
 
 
 def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
     """The raw records artifact ``aid`` reads, under the profile's results root.
 
     Each ``{dotted.path}`` in an input pattern expands over the config's values there, so the
-    list follows the config (a group added to ``cross.groups`` adds its records).
+    list follows the config (a group added to ``cross.groups`` adds its records); an input with
+    ``{?dotted.path}`` is declared only where the profile sets that key (a component some
+    profiles train).
     """
     artifacts = artifacts if artifacts is not None else load_artifacts()
     if aid not in artifacts:
         raise unknown("artifact", aid, artifacts)
     out = []
     for pattern in artifacts[aid]["inputs"]:
-        keys = re.findall(r"\{([\w.]+)\}", pattern)
+        keys = re.findall(r"\{(\??[\w.]+)\}", pattern)
         for combo in itertools.product(*(_values(profile, k) for k in keys)):
             path = pattern
             for k, v in zip(keys, combo):

@@ -8,7 +8,9 @@ methods are scored in one pass, so they answer for exactly the same points and l
 
 * ``firp``: the trained maps (:mod:`firp.train`), pseudo states through the layers above ``t_i``;
 * ``early_exit``: heads on the anchor's state entering ``t_i`` (:mod:`firp.early_exit`);
-* ``medusa``: the Medusa heads on the last layer's state (:mod:`common.medusa`; its first ``K``).
+* ``medusa``: the Medusa heads on the last layer's state (:mod:`common.medusa`; its first ``K``),
+  sharing the model's LM head; ``medusa_own``: heads with an LM head each (the paper's Medusa-1,
+  like for like), when a second ``--medusa`` folder holds them.
 
 Raw JSONL, one record per (method, step): ``acc`` (rank-``r`` hit rates, ``r < 10``), the layer
 the step reads, the split points ``n``, the component's parameters and how it was trained::
@@ -84,17 +86,25 @@ def _main(argv=None) -> None:
 
     def add_args(ap):
         ap.add_argument("--early-exit", type=Path, required=True, help="folder with heads.pt (python -m firp.early_exit)")
-        ap.add_argument("--medusa", type=Path, required=True, help="folder with heads.pt (python -m common.medusa)")
+        ap.add_argument("--medusa", type=Path, required=True, action="append",
+                        help="folder with heads.pt (python -m common.medusa); twice: heads sharing the LM head "
+                             "and heads with their own (the paper's Medusa-1)")
 
     a, model, maps, meta, corpus = maps_cli(
         "FIRP Figure 3: draft-token top-k accuracy of FIRP, early exit and Medusa", argv, add_args)
     K = maps.steps
     early, early_layers, early_meta = load_heads(model, a.early_exit)
-    medusa, medusa_layers, medusa_meta = load_heads(model, a.medusa)
-    if early_layers is None or medusa_layers is not None:
-        raise UserError(f"{a.early_exit} must hold early-exit heads (python -m firp.early_exit) and {a.medusa} "
-                        "Medusa heads (python -m common.medusa)")
-    for name, m in (("early-exit", early_meta), ("Medusa", medusa_meta)):
+    if early_layers is None:
+        raise UserError(f"{a.early_exit} must hold early-exit heads (python -m firp.early_exit)")
+    medusas = {}  # method -> (heads, folder, meta): "medusa" shares the LM head, "medusa_own" does not
+    for folder in a.medusa:
+        heads, layers, m = load_heads(model, folder)
+        name = "medusa" if m["share_lm_head"] else "medusa_own"
+        if layers is not None or name in medusas:
+            raise UserError(f"{folder} must hold Medusa heads (python -m common.medusa), at most one folder "
+                            "sharing the LM head and one with their own; valid: --medusa SHARED [--medusa OWN]")
+        medusas[name] = (heads, folder, m)
+    for name, m in (("early-exit", early_meta), *((n, v[2]) for n, v in medusas.items())):
         if m["n_heads"] < K:
             raise UserError(f"the {name} heads have {m['n_heads']} heads, fewer than the maps' {K} steps")
     answers = corpus()  # after the checks above: it may have to be generated
@@ -105,8 +115,8 @@ def _main(argv=None) -> None:
                  {"params": sum(p.numel() for p in maps.parameters())}),
         "early_exit": (head_predictor(model, early, early_layers), list(early_layers), a.early_exit,
                        {"share_lm_head": early_meta["share_lm_head"]}),
-        "medusa": (head_predictor(model, medusa), [num_layers(model)] * K, a.medusa,
-                   {"share_lm_head": medusa_meta["share_lm_head"]}),
+        **{name: (head_predictor(model, heads), [num_layers(model)] * K, folder, {"share_lm_head": m["share_lm_head"]})
+           for name, (heads, folder, m) in medusas.items()},
     }
     acc, n = split_accuracy(model, seqs, starts, K, {k: v[0] for k, v in methods.items()}, TOPK)
     if not n:

@@ -52,6 +52,9 @@ rule firp_cosine:
 
 # Figure 3's early-exit baseline (firp.early_exit): step i's head reads the anchor's state entering
 # the main maps' layer t_i; trained like the Medusa heads (components.medusa's recipe, teacher cache).
+EXIT_HEADS = {**C["medusa"], **FIRP.get("early_exit", {})}  # the profile's own overrides (its config says why)
+
+
 rule firp_early_exit:
     input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
     output:
@@ -64,9 +67,9 @@ rule firp_early_exit:
     threads: rule_threads("firp_early_exit")
     resources: **rule_resources("firp_early_exit")
     params:
-        env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, dev=P.device, out=parent_of_heads, steps=firp_exit_flags(),
-        share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
-        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["medusa"]),
+        env=ENV, py=PY, m=P.model, h=EXIT_HEADS, t=P.threads, dev=P.device, out=parent_of_heads, steps=firp_exit_flags(),
+        share="--share-lm-head" if EXIT_HEADS.get("share_lm_head") else "",
+        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(EXIT_HEADS),
     shell:
         "{params.env} {params.py} -m firp.early_exit --model {params.m} --teacher {input.teacher}"
         " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
@@ -75,12 +78,45 @@ rule firp_early_exit:
         " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
-# Figure 3: the main maps, the early-exit heads and the Medusa heads scored on the same split points
-# of the held-out greedy answers (firp.accuracy).
+# Figure 3's like-for-like Medusa-1 (where the profile asks for it: firp.medusa_own): K heads with an
+# LM head each, components.medusa's recipe otherwise, on the same teacher cache.
+MEDUSA_OWN = {**C["medusa"], **FIRP["medusa_own"]} if FIRP.get("medusa_own") else None
+if MEDUSA_OWN:
+    rule firp_medusa_own:
+        input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
+        output:
+            heads=f"{COMP}/firp_medusa_own/heads.pt",
+            stats=f"{FIRP_RAW}/medusa_own_stats.json",
+            curve=f"{FIRP_RAW}/medusa_own_curve.jsonl",
+        conda: "../env.yml"
+        log: f"{LOGS}/firp_medusa_own.log"
+        benchmark: f"{BENCH}/firp_medusa_own.tsv"
+        threads: rule_threads("firp_medusa_own")
+        resources: **rule_resources("firp_medusa_own")
+        params:
+            env=ENV, py=PY, m=P.model, h=MEDUSA_OWN, t=P.threads, dev=P.device, out=parent_of_heads,
+            share="--share-lm-head" if MEDUSA_OWN.get("share_lm_head") else "",
+            teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(MEDUSA_OWN),
+        shell:
+            "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
+            " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+            " --stats-out {output.stats} --curve-out {output.curve} --heads {params.h[heads]} {params.share}"
+            " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
+            " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+def firp_medusa_flags(wildcards, input):
+    """``--medusa`` once per Medusa component the Figure 3 scoring reads."""
+    return " ".join(f"--medusa {Path(input[k]).parent}" for k in ("medusa", "medusa_own") if k in input.keys())
+
+
+# Figure 3: the main maps, the early-exit heads and the Medusa heads (and Medusa-1's, where trained)
+# scored on the same split points of the held-out greedy answers (firp.accuracy).
 rule firp_topk:
     input:
         maps=f"{COMP}/firp_maps/main/maps.pt", early=f"{COMP}/firp_early_exit/heads.pt",
         medusa=f"{COMP}/medusa/heads.pt", corpus=f"{COMP}/corpus.pt",
+        **({"medusa_own": f"{COMP}/firp_medusa_own/heads.pt"} if MEDUSA_OWN else {}),
     output: f"{FIRP_RAW}/topk.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/firp_topk.log"
@@ -89,10 +125,10 @@ rule firp_topk:
     resources: **rule_resources("firp_topk")
     params:
         env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device, maps=parent_of_maps,
-        early=firp_input_folder("early"), medusa=firp_input_folder("medusa"),
+        early=firp_input_folder("early"), medusa=firp_medusa_flags,
     shell:
         "{params.env} {params.py} -m firp.accuracy --model {params.m} --maps {params.maps} --early-exit {params.early}"
-        " --medusa {params.medusa} --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]}"
+        " {params.medusa} --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]}"
         " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
 
 

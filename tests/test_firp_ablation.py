@@ -239,9 +239,10 @@ def _fake(paths):
             write_jsonl(p, [{"method": m, "step": i + 1, "distance": i + 2, "layer": layer[i],
                              "acc": [base / (i + 1) / (r + 1) for r in range(10)], "top1": base / (i + 1),
                              "n": 100, "heldout_sequences": 2, "params": 10, "steps": 5, "stopped": "flat",
-                             "share_lm_head": m != "firp", **prov}
+                             "share_lm_head": m in ("early_exit", "medusa"), **prov}
                             for m, base, layer in (("firp", 0.4, [14, 19, 23]), ("early_exit", 0.2, [14, 19, 23]),
-                                                   ("medusa", 0.25, [30, 30, 30])) for i in range(3)])
+                                                   ("medusa", 0.25, [30, 30, 30]), ("medusa_own", 0.3, [30, 30, 30]))
+                            for i in range(3)])
         elif name.startswith("train_"):
             v = name.removeprefix("train_").removesuffix("_stats.json")
             k, rest = int(v[1]), v[3:]

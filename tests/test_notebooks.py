@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_notebook  # noqa: E402
 
-from common.config import artifact_inputs, load_artifacts, load_profile  # noqa: E402
+from common.config import artifact_inputs, cross_joined, load_artifacts, load_profile  # noqa: E402
 
 
 def test_notebooks_are_rebuilt_from_sources():
@@ -48,8 +48,12 @@ def _render(aid, root, out):
 
 @pytest.fixture
 def cross_copy(tmp_path):
-    """A copy of the committed cross results under a temporary results root."""
+    """A copy of the committed cross results, and the paper runs cross.joins adds, under a
+    temporary results root."""
     shutil.copytree(ROOT / "results" / "cross", tmp_path / "cross")
+    for rel in cross_joined(load_profile(None, "embedded")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "results" / rel, tmp_path / rel)
     return tmp_path
 
 
@@ -78,6 +82,19 @@ def test_bad_input_fails_naming_it_and_keeps_the_table(cross_copy, damage):
     assert {p.name: p.read_bytes() for p in tables.iterdir()} == before
 
 
+def test_joined_run_on_other_prompts_is_refused(cross_copy):
+    """A paper run joins cross.table only on the cross groups' model and dataset."""
+    import json
+    rel = load_profile(None, "embedded").raw["cross"]["joins"]["firp"]["record"]
+    f = cross_copy / rel
+    f.write_text("".join(json.dumps({**json.loads(line), "dataset": "humaneval"}) + "\n"
+                         for line in f.read_text().splitlines()))
+    before = (cross_copy / "cross" / "tables" / "cross.table.csv").read_bytes()
+    r = _render("cross.table", cross_copy, cross_copy / "out.ipynb")
+    assert r.returncode != 0 and "cross.joins.firp" in r.stderr and "humaneval" in r.stderr
+    assert (cross_copy / "cross" / "tables" / "cross.table.csv").read_bytes() == before
+
+
 def test_declared_inputs_follow_the_config():
     """A group added to cross.groups adds its record to the declared inputs."""
     import yaml
@@ -85,3 +102,13 @@ def test_declared_inputs_follow_the_config():
     cfg["profiles"]["embedded"]["cross"]["groups"]["extra"] = ["vanilla", "hf_generate"]
     got = artifact_inputs(load_profile(cfg, "embedded"), "cross.table")
     assert "results/cross/raw/bench_extra.jsonl" in got and "results/cross/raw/medusa_stats.json" in got
+    cfg["profiles"]["embedded"]["cross"]["joins"] = {"firp": {"record": "firp/raw/bench_x.jsonl",
+                                                              "stats": "firp/raw/maps_stats.json", "decoders": ["firp"]}}
+    got = artifact_inputs(load_profile(cfg, "embedded"), "cross.table")
+    assert "results/firp/raw/bench_x.jsonl" in got and "results/firp/raw/maps_stats.json" in got
+    assert "results/firp/raw/bench_mt-bench.jsonl" not in got
+    # "{?firp.medusa_own}": the Medusa-1 record is an input only where the profile trains it
+    assert "results/firp/raw/medusa_own_stats.json" in artifact_inputs(load_profile(cfg, "embedded"), "firp.fig3")
+    del cfg["profiles"]["embedded"]["firp"]["medusa_own"]
+    got = artifact_inputs(load_profile(cfg, "embedded"), "firp.fig3")
+    assert got and not any("medusa_own" in p for p in got)

@@ -8,8 +8,10 @@
 # interleaved per prompt with its own `vanilla` baseline, so every speedup is a ratio measured
 # within one run. Computed from the raw records only (written by `common.bench`): exactly the
 # files the artifact declares for the profile's `cross.groups` (a missing or truncated one is
-# an error, a stray file in the folder is ignored). This comparison is the project's own: no
-# paper reports it, so no paper numbers stand beside it.
+# an error, a stray file in the folder is ignored). The paper packages' own runs on the same
+# dataset (`cross.joins`: prompt decoding's and FIRP's MT-Bench benchmarks) join as groups
+# named after the package, with their trained decoders and the `vanilla` of their own run.
+# This comparison is the project's own: no paper reports it, so no paper numbers stand beside it.
 
 # %%
 import dataclasses
@@ -18,18 +20,31 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
+from common.config import Staged, artifact_inputs, check_inputs, cross_joins, load_profile
 from common.records import read_jsonl
 from common.report import limits, provenance, summarize, write_table
 
 base = Path(results_root) / package
+P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
 if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
+    inputs = artifact_inputs(P, artifact_id)
 inputs = check_inputs(inputs)
-# groups in name order, as the committed tables have always listed them
-files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_"))
+joins = {s: {**j, "record": Path(results_root) / j["record"], "stats": Path(results_root) / j["stats"]}
+         for s, j in cross_joins(P).items()}
+joined = {j["record"].resolve(): s for s, j in joins.items()}
+# the cross groups in name order, as the committed tables have always listed them, then the joins
+files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_") and Path(p).resolve() not in joined)
 curve = read_jsonl(next(p for p in inputs if Path(p).name == "cost_curve.jsonl"))
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
+models = {r["model"] for recs in groups.values() for r in recs}
+for s, j in joins.items():
+    recs = read_jsonl(j["record"])
+    other = {(r["model"], r["dataset"]) for r in recs} - {(m, P.cross.dataset) for m in models}
+    if other:  # a join compares only on the cross groups' own model and prompts
+        raise ValueError(f"{j['record']}: cross.joins.{s} ran {sorted(other)}; valid: a run of "
+                         f"{sorted(models)} on {P.cross.dataset}")
+    groups[s] = [r for r in recs if r["decoder"] == "vanilla" or r["decoder"].split("@")[0] in j["decoders"]]
+    files.append(j["record"])
 records = [r for recs in groups.values() for r in recs]
 meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(f) for f in files)}
 staged = Staged({"tables": base / "tables", "figures": base / "figures"})
@@ -41,9 +56,13 @@ meta
 # self-distillation corpus both are trained on is generated once and is not counted here. The draft
 # is counted whole, as the decoders load it: its embeddings and tied head are frozen copies of the
 # target's and could be shared, which would leave only `params_not_shared` in `draft_stats.json`.
+# A joined group's decoders load its package's component (`cross.joins.<package>.stats`).
+# `trained_on` names the hardware a component was trained on: training times compare only
+# between rows trained on the same.
 
 # %%
-stats = {Path(p).name.removesuffix("_stats.json"): json.loads(Path(p).read_text())
+joined_stats = {j["stats"].resolve(): s for s, j in joins.items()}
+stats = {joined_stats.get(Path(p).resolve(), Path(p).name.removesuffix("_stats.json")): json.loads(Path(p).read_text())
          for p in inputs if p.endswith("_stats.json")}
 
 
@@ -52,15 +71,18 @@ def component_of(cfg):
     return "medusa" if "heads" in cfg else "draft" if "draft" in cfg else None
 
 
-def extras(recs, decoder):
+def extras(group, recs, decoder):
+    """(extra parameters in millions, training seconds, training hardware) of a decoder's component."""
+    if decoder == "vanilla":
+        return 0.0, None, None
     cfg = next(r.get("decoder_config", {}) for r in recs if r["decoder"] == decoder)
-    c = component_of(cfg)
+    c = group if group in joins else component_of(cfg)
     if c is None:
-        return 0.0, None
+        return 0.0, None, None
     if c not in stats:
         raise FileNotFoundError(f"{decoder} uses trained {c} but no {c}_stats.json is among the declared inputs")
     s = stats[c]
-    return s["params"] / 1e6, s["train_wall_s"]
+    return s["params"] / 1e6, s["train_wall_s"], s.get("hardware")
 
 
 # %%
@@ -70,9 +92,10 @@ def cross_rows():
     for g, recs in groups.items():
         t = summarize(recs)
         t.insert(0, "group", g)
-        ex = [extras(recs, d) for d in t.decoder]
+        ex = [extras(g, recs, d) for d in t.decoder]
         t["extra_params_m"] = [e[0] for e in ex]
         t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
+        t["trained_on"] = pd.Series([e[2] for e in ex], dtype=object)
         base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
         t["extra_mem_mib"] = t.peak_mem_mib - base_mem
         t = t.merge(limits(recs, curve), on="decoder", how="left")
@@ -112,7 +135,7 @@ def cross_rows():
 table = cross_rows()
 cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
         "step_cost", "limit", "pct_of_limit", "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s",
-        "identical_to_vanilla"]
+        "trained_on", "identical_to_vanilla"]
 table = table[cols]
 for c in ("step_cost", "limit", "pct_of_limit"):  # blank, not nan, where a decoder has no limit
     table[c] = table[c].astype(object).where(table[c].notna(), None)

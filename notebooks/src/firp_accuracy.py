@@ -94,11 +94,15 @@ meta
 # in the layer they read; with a shared LM head (the embedded profile) each trains a block of
 # as many parameters as one FIRP map, where the paper trains an independent LM head per
 # layer. All three are scored by one run (`python -m firp.accuracy`) on the same points.
-# "reads layer" *l*: the state entering layer *l* (*d*, the last layer's output, for Medusa);
-# `component_params`: the whole trained component (the embedded Medusa has 4 heads, *K* = 3).
+# Beside the embedded Medusa (4 heads through the shared LM head) stands the paper's like for
+# like, **Medusa-1**: *K* = 3 heads with an LM head each (`firp.medusa_own`), where the profile
+# trains it. "reads layer" *l*: the state entering layer *l* (*d*, the last layer's output, for
+# Medusa); `component_params`: the whole trained component (the embedded Medusa has 4 heads,
+# *K* = 3).
 
 # %% [firp.fig3]
-NAMES = {"firp": "FIRP", "early_exit": "early exit", "medusa": "Medusa"}
+NAMES = {m: n for m, n in {"firp": "FIRP", "early_exit": "early exit", "medusa": "Medusa",
+                            "medusa_own": "Medusa-1"}.items() if m in {r["method"] for r in topk}}
 df = pd.DataFrame(topk)
 rows = []
 for r in df.itertuples():
@@ -113,7 +117,7 @@ width = 0.8 / len(NAMES)
 for i, ax in enumerate(np.atleast_1d(axes)):
     for j, m in enumerate(NAMES):
         r = df[(df.method == m) & (df.step == i + 1)].iloc[0]
-        ax.bar(np.arange(len(KS)) + (j - 1) * width, [top(r.acc, k) for k in KS], width,
+        ax.bar(np.arange(len(KS)) + (j - (len(NAMES) - 1) / 2) * width, [top(r.acc, k) for k in KS], width,
                label=f"{NAMES[m]} (layer {r.layer})")
     ax.set_xticks(np.arange(len(KS)), [f"top-{k}" for k in KS])
     ax.set_title(f"step {i + 1} (N = {i + 2})")
@@ -123,7 +127,7 @@ title(fig)
 R.save_figure(fig)
 claims("fig3")
 firp_ = df[df.method == "firp"].set_index("step")
-for other in ("early_exit", "medusa"):
+for other in [m for m in NAMES if m != "firp"]:
     o = df[df.method == other].set_index("step")
     print(trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)",
                 [top(firp_.acc[s], k) >= top(o.acc[s], k) for s in firp_.index for k in KS]))
