@@ -93,7 +93,12 @@ meta
 # vocabulary projection; the teacher cache; the profile's Medusa recipe), so they differ only
 # in the layer they read; with a shared LM head (the embedded profile) each trains a block of
 # as many parameters as one FIRP map, where the paper trains an independent LM head per
-# layer. All three are scored by one run (`python -m firp.accuracy`) on the same points.
+# layer. One difference in recipe: the early-exit heads train their softmax over the whole
+# vocabulary (config `firp.early_exit`), the Medusa heads over the tokens some label holds. On a
+# mid-depth state the LM head ranks tokens outside the labels high, and a label-only loss never
+# lowers them: trained that way the early-exit heads ended below their untrained start (step-1
+# top-1 0.030 against 0.042), while on the last layer's state the label-only loss loses nothing.
+# All three are scored by one run (`python -m firp.accuracy`) on the same points.
 # Beside the embedded Medusa (4 heads through the shared LM head) stands the paper's like for
 # like, **Medusa-1**: *K* = 3 heads with an LM head each (`firp.medusa_own`), where the profile
 # trains it. "reads layer" *l*: the state entering layer *l* (*d*, the last layer's output, for
