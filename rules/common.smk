@@ -317,6 +317,11 @@ def firp_input_folder(key):
     return fn
 
 
+def firp_medusa_flags(wildcards, input):
+    """``--medusa`` once per Medusa component the Figure 3 scoring reads (shared head; own heads)."""
+    return " ".join(f"--medusa {Path(input[k]).parent}" for k in ("medusa", "medusa_own") if k in input.keys())
+
+
 def firp_exit_flags():
     """The early-exit heads' steps and input layers: the main maps' (``--steps-k K [--layers ...]``)."""
     c = variant_config("firp", "main")

@@ -105,11 +105,6 @@ if MEDUSA_OWN:
             " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
-def firp_medusa_flags(wildcards, input):
-    """``--medusa`` once per Medusa component the Figure 3 scoring reads."""
-    return " ".join(f"--medusa {Path(input[k]).parent}" for k in ("medusa", "medusa_own") if k in input.keys())
-
-
 # Figure 3: the main maps, the early-exit heads and the Medusa heads (and Medusa-1's, where trained)
 # scored on the same split points of the held-out greedy answers (firp.accuracy).
 rule firp_topk:
