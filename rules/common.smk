@@ -317,6 +317,13 @@ def firp_input_folder(key):
     return fn
 
 
+def head_train_flags(h):
+    """``common.medusa`` trainer flags of a head recipe (components.medusa, or a section's override of it)."""
+    share = " --share-lm-head" if h.get("share_lm_head") else ""
+    return (f"--heads {h['heads']}{share} --labels {h['labels']} --train-vocab {h['train_vocab']} {stopping_flags(h)}"
+            f" --lr {h['lr']} --batch-size {h['batch_size']}")
+
+
 def firp_medusa_flags(wildcards, input):
     """``--medusa`` once per Medusa component the Figure 3 scoring reads (shared head; own heads)."""
     return " ".join(f"--medusa {Path(input[k]).parent}" for k in ("medusa", "medusa_own") if k in input.keys())

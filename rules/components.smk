@@ -53,15 +53,13 @@ rule train_medusa:
     threads: rule_threads("train_medusa")
     resources: **rule_resources("train_medusa")
     params:
-        env=ENV, py=PY, m=P.model, h=C["medusa"], t=P.threads, dev=P.device, out=parent_of_heads,
-        share="--share-lm-head" if C["medusa"].get("share_lm_head") else "",
-        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["medusa"]),
+        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_heads,
+        teacher=teacher_flags(C["corpus"], C["teacher"]), heads=head_train_flags(C["medusa"]),
     shell:
         "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
         " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
-        " --stats-out {output.stats} --curve-out {output.curve} --heads {params.h[heads]} {params.share}"
-        " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
-        " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+        " --stats-out {output.stats} --curve-out {output.curve} {params.heads}"
+        " --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 rule distill_draft:

@@ -94,15 +94,13 @@ if MEDUSA_OWN:
         threads: rule_threads("firp_medusa_own")
         resources: **rule_resources("firp_medusa_own")
         params:
-            env=ENV, py=PY, m=P.model, h=MEDUSA_OWN, t=P.threads, dev=P.device, out=parent_of_heads,
-            share="--share-lm-head" if MEDUSA_OWN.get("share_lm_head") else "",
-            teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(MEDUSA_OWN),
+            env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_heads,
+            teacher=teacher_flags(C["corpus"], C["teacher"]), heads=head_train_flags(MEDUSA_OWN),
         shell:
             "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
             " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
-            " --stats-out {output.stats} --curve-out {output.curve} --heads {params.h[heads]} {params.share}"
-            " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
-            " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+            " --stats-out {output.stats} --curve-out {output.curve} {params.heads}"
+            " --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 # Figure 3: the main maps, the early-exit heads and the Medusa heads (and Medusa-1's, where trained)
