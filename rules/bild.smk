@@ -12,12 +12,14 @@ from bild.workflow import RuleParams as BildParams
 BILD = bild_from_profile(P)
 BILDR = BildParams(BILD, f".cache/components/{P.name}", P.model)
 BILD_RAW = f"{ROOT}/bild/raw"
+BILD_BENCH = P.raw["bild"].get("bench") or {"datasets": {}}
 
 
 wildcard_constraints:
     variant="|".join(BILD_VARIANTS),
     btask="|".join(BILD.tasks),
     exitloss="|".join(BILD_EXIT_LOSSES),
+    bildset="|".join(BILD_BENCH["datasets"]) or "(?!)",
 
 
 # The small models come from the draft family's trainer (common.draft) on the shared teacher cache,
@@ -139,3 +141,26 @@ rule bild_exit_sweep:
         " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
         " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
         " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
+
+
+# The decoding benchmark of one dataset (MT-Bench: no references, so its quality is agreement with
+# vanilla): the section's decoders interleaved per prompt; bild@rb0 is the identity record
+# (alpha_RB = 0 must give the large model's greedy tokens on every prompt); resumable.
+rule bild_bench:
+    input: section_bench_inputs("bild", "bildset")
+    output: f"{BILD_RAW}/bench_{{bildset}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/bild_bench_{{bildset}}.log"
+    benchmark: f"{BENCH}/bild_bench_{{bildset}}.tsv"
+    # exclusive in every profile's resources: timing rules never share the machine with another job.
+    threads: rule_threads("bild_bench")
+    resources: **rule_resources("bild_bench")
+    params:
+        env=ENV, py=PY, p=P, b=BILD_BENCH, n=bild_bench_prompts,
+        decoders=section_bench_decoders("bild", "bildset"), dcfg=section_bench_config("bild", "bildset"),
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        " --dataset {wildcards.bildset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
+        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
+        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
+        " --resume --out {output} > {log} 2>&1"

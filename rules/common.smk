@@ -89,9 +89,10 @@ def group_decoders(wildcards):
 # Placeholders decoder options may name (config decoder_config) -> the trained component's file
 # (what the rule waits for) and folder (what the decoder is given), under .cache/components/<profile>/.
 COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json",
-                   "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt"}
+                   "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt",
+                   "{bild_small_aligned}": "bild_small_aligned/model/config.json"}
 COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
-                  "{firp}": "firp_maps/main"}
+                  "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model"}
 
 
 def components_of(options):
@@ -288,6 +289,10 @@ def pd_spec_prompts(wildcards):
 
 def firp_bench_prompts(wildcards):
     return P.raw["firp"]["bench"]["datasets"][wildcards.firpset]
+
+
+def bild_bench_prompts(wildcards):
+    return P.raw["bild"]["bench"]["datasets"][wildcards.bildset]
 
 
 def firp_train_config(wildcards):
