@@ -9,8 +9,10 @@
 # within one run. Computed from the raw records only (written by `common.bench`): exactly the
 # files the artifact declares for the profile's `cross.groups` (a missing or truncated one is
 # an error, a stray file in the folder is ignored). The paper packages' own runs on the same
-# dataset (`cross.joins`: prompt decoding's and FIRP's MT-Bench benchmarks) join as groups
+# dataset (`cross.joins`: prompt decoding's, FIRP's and BiLD's MT-Bench benchmarks) join as groups
 # named after the package, with their trained decoders and the `vanilla` of their own run.
+# Every decoder here is lossless except BiLD away from `rollback_threshold` 0 (`bild@rb0` is its
+# exact setting): `identical_to_vanilla` says how many of its outputs still equal vanilla's.
 # This comparison is the project's own: no paper reports it, so no paper numbers stand beside it.
 
 # %%
