@@ -156,7 +156,7 @@ rule bild_bench:
     threads: rule_threads("bild_bench")
     resources: **rule_resources("bild_bench")
     params:
-        env=ENV, py=PY, p=P, b=BILD_BENCH, n=bild_bench_prompts,
+        env=ENV, py=PY, p=P, b=BILD_BENCH, n=section_bench_prompts("bild", "bildset"),
         decoders=section_bench_decoders("bild", "bildset"), dcfg=section_bench_config("bild", "bildset"),
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"

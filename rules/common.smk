@@ -145,6 +145,14 @@ def section_bench_config(section, wildcard):
     return _section_bench(section, wildcard, lambda ls: with_components(labels_config(P, ls)), "config")
 
 
+def section_bench_prompts(section, wildcard):
+    """Param function: the prompts the section's benchmark runs on the dataset of ``wildcard``."""
+    def fn(wildcards):
+        return P.raw[section]["bench"]["datasets"][wildcards[wildcard]]
+    fn.__name__ = f"{section}_bench_prompts"
+    return fn
+
+
 def parent_of_heads(wildcards, output):
     """The Medusa output folder, read from its heads file."""
     return str(Path(output.heads).parent)
@@ -247,10 +255,6 @@ def pd_variant_flags(wildcards):
     return " ".join(flags)
 
 
-def pd_bench_prompts(wildcards):
-    return P.raw["prompt_decoding"]["bench"]["datasets"][wildcards.pdset]
-
-
 PD_SPEC_VARIANT = "draft"  # pd.spec's prompt tokens: the variant whose base is the draft
 
 
@@ -285,14 +289,6 @@ def pd_spec_config():
 
 def pd_spec_prompts(wildcards):
     return P.raw["prompt_decoding"]["spec"]["datasets"][wildcards.pdspec]
-
-
-def firp_bench_prompts(wildcards):
-    return P.raw["firp"]["bench"]["datasets"][wildcards.firpset]
-
-
-def bild_bench_prompts(wildcards):
-    return P.raw["bild"]["bench"]["datasets"][wildcards.bildset]
 
 
 def firp_train_config(wildcards):

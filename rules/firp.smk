@@ -137,7 +137,7 @@ rule firp_bench:
     threads: rule_threads("firp_bench")
     resources: **rule_resources("firp_bench")
     params:
-        env=ENV, py=PY, p=P, b=FIRP["bench"], n=firp_bench_prompts,
+        env=ENV, py=PY, p=P, b=FIRP["bench"], n=section_bench_prompts("firp", "firpset"),
         decoders=section_bench_decoders("firp", "firpset"), dcfg=section_bench_config("firp", "firpset"),
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"

@@ -71,7 +71,7 @@ rule pd_bench:
     threads: rule_threads("pd_bench")
     resources: **rule_resources("pd_bench")
     params:
-        env=ENV, py=PY, p=P, b=PD["bench"], n=pd_bench_prompts,
+        env=ENV, py=PY, p=P, b=PD["bench"], n=section_bench_prompts("prompt_decoding", "pdset"),
         decoders=section_bench_decoders("prompt_decoding", "pdset"), dcfg=section_bench_config("prompt_decoding", "pdset"),
     shell:
         "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
