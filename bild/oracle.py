@@ -146,6 +146,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", default="adhoc", help="recorded in every record")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep each finished prompt in a log under the cache and continue an interrupted run")
     return ap.parse_args(argv)
 
 
@@ -175,7 +177,7 @@ def main(argv=None) -> None:
     from common.decoders.speculative import resolve_draft
     from common.hardware import code_version, describe
     from common.models import load_model
-    from common.records import JsonlWriter
+    from common.records import JsonlWriter, ResumeLog
 
     a = parse_args(argv)
     thresholds = validate(a)
@@ -194,9 +196,21 @@ def main(argv=None) -> None:
     meta = {"model": a.large, "small": a.small, "dataset": a.dataset, "profile": a.profile,
             "device": describe(a.device), "code_version": code_version(), "dtype": a.dtype,
             "max_new_tokens": a.max_new_tokens, "seed": a.seed}
+    # --resume: every argument that changes a record is the log's identity (a log of other
+    # settings is refused, not mixed in); the log goes once the result is complete.
+    resume = ResumeLog.for_output(a.out, {k: str(v) for k, v in vars(a).items() if k not in ("out", "resume")}) \
+        if a.resume else None
+    done = resume.load() if resume else {}
+    if done:
+        print(f"oracle: resuming {a.out}: {len(done)} of {len(samples)} prompts done ({resume.path})", file=sys.stderr)
     with JsonlWriter(a.out) as w:
         for s, (ids, full) in tqdm(list(zip(samples, prompts)), desc="oracle", unit="prompt", file=sys.stderr):
+            if s.question_id in done:
+                for rec in done[s.question_id]:
+                    w.write(rec)
+                continue
             res = oracle_decode(large, small, ids, thresholds, a.max_new_tokens, eos)
+            unit = []
             for t in thresholds:
                 r = res[t]
                 rec = {"question_id": s.question_id, "setting": setting(t),
@@ -207,6 +221,11 @@ def main(argv=None) -> None:
                 if full > ids.shape[1]:
                     rec["prompt_truncated_from"] = full
                 w.write(rec)
+                unit.append(rec)
+            if resume:
+                resume.append(s.question_id, unit)
+    if resume:
+        resume.remove()  # the result is complete and in place
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from .data import load_dataset_samples
 from .decoders import DECODERS, decoder_class, get_decoder
 from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, code_version, describe
-from .models import cache_root, load_model
+from .models import load_model
 from .prompts import TEMPLATES, TRUNCATE, fit_prompt
 from .records import JsonlWriter, ResumeLog
 from .report import summarize
@@ -196,13 +196,9 @@ def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
 def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
     """Where ``--resume`` keeps the completed prompts of a run writing ``args.out``, and the
     settings a continuation must share (everything that changes a record but the code)."""
-    import hashlib
-
-    out = str(Path(args.out).resolve())
-    path = cache_root() / "resume" / f"{hashlib.sha1(out.encode()).hexdigest()[:12]}_{Path(out).name}"
     identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "template", "max_new_tokens", "max_prompt_tokens",
                                               "truncate", "dtype", "device", "threads", "stock", "profile")}
-    return ResumeLog(path, {**identity, "out": out, "decoders": names, "decoder_config": cfgs})
+    return ResumeLog.for_output(args.out, {**identity, "decoders": names, "decoder_config": cfgs})
 
 
 def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:

@@ -83,6 +83,18 @@ class ResumeLog:
     def __init__(self, path: Path, identity: dict):
         self.path, self.identity = Path(path), json.loads(json.dumps(identity))  # as JSON reads it back
 
+    @classmethod
+    def for_output(cls, out, identity: dict) -> "ResumeLog":
+        """The log of a run writing ``out``: ``<cache>/resume/<sha1(abs out)[:12]>_<name>``, one per
+        final path, outside ``results/`` (nothing partial at a final path); ``identity`` gains ``out``."""
+        import hashlib
+
+        from .models import cache_root  # lazy: records stays importable without transformers
+
+        out = str(Path(out).resolve())
+        path = cache_root() / "resume" / f"{hashlib.sha1(out.encode()).hexdigest()[:12]}_{Path(out).name}"
+        return cls(path, {**identity, "out": out})
+
     def load(self) -> dict:
         """``{key: records}`` of the completed units (empty for a fresh run); starts the log."""
         from .errors import UserError

@@ -97,7 +97,7 @@ rule bild_oracle:
         " --dataset {params.t.dataset} --n {params.n} --template {params.t.template}"
         " --max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left"
         " --thresholds {params.thr} --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
-        " --profile {params.p.name} --out {output} > {log} 2>&1"
+        " --profile {params.p.name} --resume --out {output} > {log} 2>&1"
 # Figures 6 and 7: the shared exit head of each loss (bild: (L_k + L_d)/2, calm: sum_i i/sum_j j L_i),
 # trained on the frozen model (bild.exits) and saved with it as the sweeps' large model.
 rule bild_exit_train:

@@ -138,3 +138,58 @@ def test_oracle_config_checks():
         OracleConfig((0.5, 1.5))
     with pytest.raises(UserError, match="bild.oracle.n=0 is out of range"):
         OracleConfig((0.5,), n=0)
+
+
+@pytest.mark.model
+def test_interrupted_oracle_resumes_from_its_finished_prompts(tmp_path, monkeypatch, embedded):
+    """With --resume, a run that dies on its second prompt leaves the first in the log (nothing
+    at the final path); the rerun decodes only the second, and its records equal a fresh run's."""
+    import json
+
+    import bild.oracle as oracle
+    from common import models
+    from common.decoders import speculative
+
+    model, tok = embedded
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models.cache_root() / "models")
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: (model, tok))
+    monkeypatch.setattr(speculative, "resolve_draft", lambda small, large: large)  # the model as its own small
+    out = tmp_path / "oracle.jsonl"
+    args = ["--large", "x", "--small", "x", "--dataset", "sharegpt-summarize", "--n", "2", "--max-new-tokens", "3",
+            "--truncate", "left", "--max-prompt-tokens", "64", "--thresholds", "0.5", "--threads", "2"]
+    decode, calls = oracle.oracle_decode, []
+
+    class Killed(Exception):
+        pass
+
+    def dies_on_the_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Killed
+        return decode(*a, **k)
+
+    monkeypatch.setattr(oracle, "oracle_decode", dies_on_the_second)
+    with pytest.raises(Killed):
+        main(args + ["--resume", "--out", str(out)])
+    assert not out.exists()
+    log, = (tmp_path / "cache" / "resume").glob("*_oracle.jsonl")
+    assert len(log.read_text().splitlines()) == 2  # the identity and the first prompt
+
+    calls.clear()
+    main(args + ["--resume", "--out", str(out)])
+    assert len(calls) == 1 and not log.exists()
+    monkeypatch.setattr(oracle, "oracle_decode", decode)
+    main(args + ["--out", str(tmp_path / "fresh.jsonl")])
+    strip = lambda p: [{k: v for k, v in json.loads(l).items() if k != "code_version"}  # noqa: E731
+                       for l in p.read_text().splitlines()]
+    got, fresh = strip(out), strip(tmp_path / "fresh.jsonl")
+    assert len(got) == 2 * 3 and got == fresh  # 2 prompts x (small, 0.5, large)
+    # another setting does not mix into the log: refused with one line naming it
+    monkeypatch.setattr(oracle, "oracle_decode", dies_on_the_second)
+    calls.clear()
+    with pytest.raises(Killed):
+        main(args + ["--resume", "--out", str(out)])
+    with pytest.raises(UserError, match="partial run with other settings"):
+        main([*args[:-3], "0.7", "--threads", "2", "--resume", "--out", str(out)])
