@@ -47,8 +47,10 @@ def sweep_points(records: list[dict], metric: str, baseline: str = "vanilla") ->
             "quality": score(list(g.text), list(g.reference)),
             "latency": g.wall_time.mean() / base.wall_time.mean(),
             "small_share": small / new if new else float("nan"),
-            "fallbacks_per_token": sum(e.get("fallbacks", 0) for e in extra) / new if m else 0.0,
-            "rollbacks_per_token": sum(e.get("rollbacks", 0) for e in extra) / new if m else 0.0,
+            # from the stats of every decoder that counts them (the ablations too: no-rollback
+            # still falls back); 0 for those that have none (vanilla, speculative)
+            "fallbacks_per_token": sum(e.get("fallbacks", 0) for e in extra) / new if new else 0.0,
+            "rollbacks_per_token": sum(e.get("rollbacks", 0) for e in extra) / new if new else 0.0,
             "identical": agreement(list(g.tokens), list(base.tokens))["identical"],
             "prompts": len(g),
         })

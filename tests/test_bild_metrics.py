@@ -48,13 +48,18 @@ def test_sweep_points_and_table1_by_hand():
             _rec("bild@fb0.5_rb2", "a", "the cat sat on a mat", refs["a"], 1.0, [1, 2, 3], ["large", "small", "small"], 0, 1),
             # worse and faster
             _rec("bild@fb0.2_rb6", "a", "dog", refs["a"], 0.5, [1, 9, 9], ["large", "small", "small"]),
-            _rec("bild@fb0.2_rb6", "b", "a quick", refs["b"], 0.5, [4, 9], ["large", "small"])]
+            _rec("bild@fb0.2_rb6", "b", "a quick", refs["b"], 0.5, [4, 9], ["large", "small"]),
+            # the no-rollback ablation (no threshold in its label) still counts its fallbacks
+            _rec("bild@fb0.5_norb", "a", "the cat", refs["a"], 1.5, [1, 2, 3], ["large", "small", "small"], 2),
+            _rec("bild@fb0.5_norb", "b", "a quick", refs["b"], 1.5, [4, 5], ["large", "large"], 1)]
     p = sweep_points(recs, "rouge_l").set_index("decoder")
     assert p.loc["vanilla", "latency"] == 1.0 and p.loc["bild@fb0.5_rb2", "speedup"] == pytest.approx(2.0)
     assert p.loc["bild@fb0.5_rb2", "quality"] == pytest.approx(p.loc["vanilla", "quality"])
     assert p.loc["bild@fb0.5_rb2", "small_share"] == pytest.approx(3 / 5)
     assert p.loc["bild@fb0.5_rb2", "rollbacks_per_token"] == pytest.approx(1 / 5)
     assert p.loc["bild@fb0.5_rb2", "identical"] == 1.0 and p.loc["bild@fb0.2_rb6", "identical"] == 0.0
+    assert p.loc["bild@fb0.5_norb", "fallbacks_per_token"] == pytest.approx(3 / 5)
+    assert p.loc["bild@fb0.5_norb", "rollbacks_per_token"] == 0.0 and p.loc["vanilla", "fallbacks_per_token"] == 0.0
     assert (p.loc["bild@fb0.2_rb6", "fallback_threshold"], p.loc["bild@fb0.2_rb6", "rollback_threshold"]) == (0.2, 6.0)
     best = best_settings(p.reset_index())
     assert best["no_loss"]["decoder"] == "bild@fb0.5_rb2" and best["no_loss"]["speedup"] == pytest.approx(2.0)
