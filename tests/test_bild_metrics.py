@@ -58,6 +58,10 @@ def test_sweep_points_and_table1_by_hand():
     assert p.loc["bild@fb0.5_rb2", "small_share"] == pytest.approx(3 / 5)
     assert p.loc["bild@fb0.5_rb2", "rollbacks_per_token"] == pytest.approx(1 / 5)
     assert p.loc["bild@fb0.5_rb2", "identical"] == 1.0 and p.loc["bild@fb0.2_rb6", "identical"] == 0.0
+    # agreement with vanilla's tokens: [1, 9, 9] vs [1, 2, 3] and [4, 9] vs [4, 5]
+    assert p.loc["bild@fb0.2_rb6", "agree_tokens"] == pytest.approx((1 / 3 + 1 / 2) / 2)
+    assert p.loc["bild@fb0.2_rb6", "agree_prefix"] == pytest.approx((1 / 3 + 1 / 2) / 2)
+    assert p.loc["bild@fb0.5_rb2", "agree_tokens"] == 1.0
     assert p.loc["bild@fb0.5_norb", "fallbacks_per_token"] == pytest.approx(3 / 5)
     assert p.loc["bild@fb0.5_norb", "rollbacks_per_token"] == 0.0 and p.loc["vanilla", "fallbacks_per_token"] == 0.0
     assert (p.loc["bild@fb0.2_rb6", "fallback_threshold"], p.loc["bild@fb0.2_rb6", "rollback_threshold"]) == (0.2, 6.0)
