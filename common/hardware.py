@@ -17,10 +17,27 @@ def describe(device: str = "cpu") -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
+            cpu = cpu_name(fh.read()) or cpu
+    except OSError:
         pass
     return f"cpu: {cpu} ({torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+def cpu_name(cpuinfo: str) -> str | None:
+    """The processor's name from ``/proc/cpuinfo``'s text, with its family and model numbers
+    when the name carries no model number: a virtual machine may show only "AMD EPYC", and two
+    machines named so ran the same fp32 forward at 20 and 40 tokens/s (families 25 and 26), so
+    records from both must not read as one machine's."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if not line.strip():
+            break  # the first processor's block is enough
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name")
+    if name and not any(c.isdigit() for c in name) and "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']} model {fields['model']})"
+    return name
 
 
 try:

@@ -68,6 +68,14 @@ def test_describe_names_the_cpu_and_torch():
     assert d.startswith("cpu: ") and torch.__version__ in d
 
 
+def test_cpu_name_adds_family_and_model_only_when_the_name_has_no_number():
+    block = "processor\t: {}\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: {}\n"
+    bare = block.format(0, "AMD EPYC") + "\n" + block.format(1, "something else")
+    assert hardware.cpu_name(bare) == "AMD EPYC (family 26 model 2)"
+    assert hardware.cpu_name(block.format(0, "AMD EPYC 9454P 48-Core Processor")) == "AMD EPYC 9454P 48-Core Processor"
+    assert hardware.cpu_name("processor\t: 0\n") is None
+
+
 def test_code_version_names_the_commit():
     import re
     import subprocess

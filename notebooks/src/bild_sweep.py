@@ -70,15 +70,21 @@ R.save_table(grid[cols], meta)
 # model's own greedy output (mean share of its positions matched): on the embedded stand-ins,
 # whose references are ShareGPT replies rather than task references, it says how far the
 # setting departs from the large model where the corpus metric over 15-20 prompts is noisy.
+# `vanilla_tok_s` is the large model's own speed in that sweep: sweeps made in different sessions
+# may have run on different machines (records before 2026-11-25 name the CPU only as "AMD EPYC";
+# the same name covered machines at ~20 and ~40 tokens/s), and a speedup is a ratio within one
+# sweep only.
 
 # %% [bild.table1]
 rows = []
 for (t, v), _ in sorted(runs.items()):
     g = grid[(grid.task == t) & (grid.variant == v)]
     best = best_settings(g)
+    van = [r for r in runs[t, v] if r["decoder"] == "vanilla"]
+    tok_s = sum(r["new_tokens"] for r in van) / sum(r["wall_time"] for r in van)
     for cell in ("no_loss", "within"):
         b = best[cell]
-        row = {"task": t, "variant": v, "cell": cell, "vanilla_quality": best["baseline_quality"],
+        row = {"task": t, "variant": v, "cell": cell, "vanilla_quality": best["baseline_quality"], "vanilla_tok_s": tok_s,
                "setting": b["decoder"] if b else "none", "quality": b["quality"] if b else None,
                "speedup": b["speedup"] if b else None,
                "agree_tokens": float(g.set_index("decoder").agree_tokens[b["decoder"]]) if b else None}
