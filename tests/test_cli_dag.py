@@ -126,7 +126,7 @@ def test_smoke_dag_end_to_end(embedded):
     # rollback_threshold 0) but BiLD's lossy row: each equals vanilla on both prompts
     assert set(table.group) == {"baselines", "speculative", "medusa", "pipelined", "prompt_decoding", "firp", "bild"}
     lossy = table.decoder == "bild@noloss"
-    assert lossy.sum() == 1 and table[lossy].identical_to_vanilla.iloc[0] in {"0/2", "1/2", "2/2"}
+    assert lossy.sum() == 1  # joined with its own vanilla; how many equal vanilla is its result, not a check
     assert (table[~lossy].identical_to_vanilla == "2/2").all(), table[["decoder", "identical_to_vanilla"]]
     assert (smoke / "cross" / "figures" / "cross.fig.png").is_file()
     # heavy rules record wall time and peak memory beside their logs
