@@ -66,7 +66,7 @@ class TaskConfig:
 
 
 EXIT_LOSSES = ("bild", "calm")   # the exit-head trainings (bild.exits): BiLD's early exit, CALM
-EXIT_TRAIN_KEYS = ("labels", "positions", "eval_positions", "lr", "batch_size", "max_epochs", "eval_every",
+EXIT_TRAIN_KEYS = ("labels", "per_sequence", "eval_positions", "lr", "batch_size", "max_epochs", "eval_every",
                    "patience", "min_delta", "wall_budget_s")
 
 

@@ -22,9 +22,11 @@ the large model's and it cannot share its cache, and its head serves the small m
 early exit of the paper is a path *inside* the large model, one head shared with the last layer.
 
 Labels: ``text`` (the teacher cache's ShareGPT reference replies, as the paper fine-tunes on the
-task's references) or ``greedy`` (the model's own greedy tokens), at answer positions, at most
-``--positions`` of them per batch (the head's cost grows with positions x exits). Early
-stopping watches ``heldout_score``, minus the weighted loss on the held-out greedy answers.
+task's references) or ``greedy`` (the model's own greedy tokens), at answer positions (every one, or at most ``--per-sequence`` of each sequence: the cached
+states grow with positions x exits), ``--batch-size`` positions a step. The trunk is frozen, so
+its states at the exits are computed once before training and every step costs only the shared
+head. Early stopping watches ``heldout_score``, minus the weighted loss on the held-out greedy
+answers.
 
     python -m bild.exits --model smollm2-135m-instruct --loss bild --exit-layer 4 --labels text \\
         --teacher .cache/components/embedded/teacher.pt --heldout-corpus .cache/components/embedded/corpus.pt \\
@@ -39,11 +41,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from common.draft import padded_batch
 from common.errors import UserError, check_range, cli_main
-from common.forward import check_layer, layer_states, num_layers
+from common.forward import check_layer, num_layers
+from common.medusa import layer_inputs
 from common.records import write_json
 from common.teacher import TeacherData
 from common.training import Stopping, TrainConfig, fingerprint, run_summary, train
@@ -99,90 +100,86 @@ def install(model, head: ExitHead):
     return model
 
 
-def _answer_mask(data: TeacherData) -> torch.Tensor:
-    answer = torch.zeros(data.n_tokens, dtype=torch.bool)
-    answer[data.answer_positions()] = True
-    return answer
+def train_positions(data: TeacherData, per_sequence: int | None, seed: int = 0) -> torch.Tensor:
+    """``[P]`` sorted flat answer positions of ``data`` to train on: every one, or at most
+    ``per_sequence`` of each sequence, drawn with a generator seeded by ``seed``."""
+    answer = data.answer_positions()
+    if per_sequence is None:
+        return answer
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for s in range(len(data)):
+        a, b = data.span(s)
+        mine = answer[(answer >= a) & (answer < b)]
+        if mine.numel() > per_sequence:
+            mine = mine[torch.randperm(mine.numel(), generator=g)[:per_sequence].sort().values]
+        out.append(mine)
+    return torch.cat(out) if out else answer
 
 
-def _positions(data: TeacherData, batch: list[int], device, answer: torch.Tensor):
-    """``(ids [B, T], rows [P], cols [P], flat [P])``: a batch and its answer positions."""
-    ids, flat = padded_batch(data, batch, device)
-    ok = flat >= 0
-    ok[ok.clone()] = answer[flat[ok]]
-    rows, cols = ok.nonzero(as_tuple=True)
-    return ids, rows, cols, flat[rows, cols]
-
-
-def _nll(head: ExitHead, hidden: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(head(hidden).float(), y)
-
-
-def exit_loss(model, data: TeacherData, weights: dict[int, float], labels: str, positions: int | None):
-    """``(head, batch of sequence indices) -> loss``: ``sum_i w_i NLL_i`` at the batch's answer
-    positions (at most ``positions``, drawn from torch's global generator, which
-    :func:`common.training.train` seeds per step), the frozen trunk's states run without grad.
-
-    Each exit's logits are recomputed in the backward pass instead of kept (``[P, V]`` per
-    exit would hold CALM's 30 exits' logits at once)."""
+def exit_labels(data: TeacherData, positions: torch.Tensor, labels: str) -> torch.Tensor:
+    """``[P]`` the token each of ``positions`` is trained to predict: the text's next token or
+    the model's greedy one."""
     if labels not in LABELS:
         raise UserError(f"labels={labels!r} is unknown; valid: {', '.join(LABELS)}")
-    answer = _answer_mask(data)
+    return (data.argmax[positions] if labels == "greedy" else data.ids[positions + 1]).long()
+
+
+def exit_states(model, data: TeacherData, weights: dict[int, float], positions: torch.Tensor) -> torch.Tensor:
+    """``[E, P, H]`` fp32 raw states of the frozen trunk at each exit depth (``sorted(weights)``)
+    and each of ``positions``. The trunk never trains, so one pass over the data serves every
+    step and evaluation: a step then costs only the shared head's projections."""
+    return layer_inputs(model, data, sorted(weights), positions=positions, normed=False, dtype=torch.float32)
+
+
+def exit_loss(states: torch.Tensor, y: torch.Tensor, weights: dict[int, float]):
+    """``(head, batch of item indices) -> loss``: ``sum_i w_i NLL_i`` over the batch's positions.
+
+    Args:
+        states: ``[E, P, H]`` the exits' states (:func:`exit_states`, exits ``sorted(weights)``).
+        y: ``[P]`` labels (:func:`exit_labels`).
+    """
+    depths = sorted(weights)
+    if states.shape[0] != len(depths) or states.shape[1] != y.numel():
+        raise UserError(f"exit states {tuple(states.shape)} do not match {len(depths)} exits and {y.numel()} labels")
 
     def loss(head, batch):
-        ids, rows, cols, flat = _positions(data, batch, model.device, answer)
-        if positions is not None and flat.numel() > positions:
-            keep = torch.randperm(flat.numel())[:positions].sort().values
-            rows, cols, flat = rows[keep], cols[keep], flat[keep]
-        if flat.numel() == 0:
-            return sum(p.sum() for p in head.parameters()) * 0.0
-        y = (data.argmax[flat] if labels == "greedy" else data.ids[flat + 1]).long().to(model.device)
-        with torch.no_grad():
-            states = layer_states(model, ids, list(weights))
-        total = 0.0
-        for depth, w in weights.items():
-            h = states[depth][rows.to(model.device), cols.to(model.device)]         # [P, H]
-            total = total + w * checkpoint(_nll, head, h, y, use_reentrant=False)
-        return total
+        idx = torch.as_tensor(batch, dtype=torch.long)
+        dev = head.head.weight.device
+        target = y[idx].to(dev)
+        return sum(weights[d] * nn.functional.cross_entropy(head(states[j, idx].to(dev)).float(), target)
+                   for j, d in enumerate(depths))
     return loss
 
 
 @torch.inference_mode()
-def evaluate(model, head: ExitHead, data: TeacherData, weights: dict[int, float], batch_size: int = 8,
-             max_positions: int | None = 1024) -> dict:
-    """Held-out metrics at the answer positions of the greedy corpus (the first
-    ``max_positions`` of them), labels the base model's greedy tokens there:
+def evaluate(head: ExitHead, states: torch.Tensor, y: torch.Tensor, weights: dict[int, float],
+             batch_size: int = 256) -> dict:
+    """Held-out metrics of the exits, ``states`` ``[E, P, H]`` (:func:`exit_states` of the
+    held-out greedy corpus's answer positions, exits ``sorted(weights)``), ``y`` ``[P]`` their
+    labels (the base model's greedy tokens):
 
     ``heldout_loss`` (the weighted NLL), ``heldout_score`` (its negative: what early stopping
     watches), and per exit, deepest last: ``heldout_nll`` and ``heldout_top1`` (agreement with
     the greedy token) and ``heldout_agree`` (agreement with the deepest exit's argmax: how
     often an exit would keep the full model's token)."""
     depths = sorted(weights)
-    answer = _answer_mask(data)
-    nll = torch.zeros(len(depths), dtype=torch.float64)
-    hits, agree = torch.zeros_like(nll), torch.zeros_like(nll)
-    n = 0
-    for i in range(0, len(data), batch_size):
-        if max_positions is not None and n >= max_positions:
-            break
-        ids, rows, cols, flat = _positions(data, list(range(i, min(i + batch_size, len(data)))), model.device, answer)
-        if max_positions is not None:
-            rows, cols, flat = rows[:max_positions - n], cols[:max_positions - n], flat[:max_positions - n]
-        if flat.numel() == 0:
-            continue
-        y = data.ids[flat + 1].long().to(model.device)
-        states = layer_states(model, ids, depths)
-        preds = []
-        for j, depth in enumerate(depths):
-            logp = head(states[depth][rows.to(model.device), cols.to(model.device)]).float().log_softmax(-1)
-            nll[j] += float(-logp.gather(-1, y[:, None]).sum())
-            preds.append(logp.argmax(-1))
-            hits[j] += float((preds[-1] == y).sum())
-        for j, p in enumerate(preds):
-            agree[j] += float((p == preds[-1]).sum())
-        n += flat.numel()
+    n = y.numel()
     if n == 0:
         raise UserError("the held-out corpus has no answer positions to evaluate the exits on")
+    dev = head.head.weight.device
+    nll = torch.zeros(len(depths), dtype=torch.float64)
+    hits, agree = torch.zeros_like(nll), torch.zeros_like(nll)
+    for i in range(0, n, batch_size):
+        t = y[i:i + batch_size].to(dev)
+        preds = []
+        for j in range(len(depths)):
+            logp = head(states[j, i:i + batch_size].to(dev)).float().log_softmax(-1)
+            nll[j] += float(-logp.gather(-1, t[:, None]).sum())
+            preds.append(logp.argmax(-1))
+            hits[j] += float((preds[-1] == t).sum())
+        for j, p in enumerate(preds):
+            agree[j] += float((p == preds[-1]).sum())
     nll, hits, agree = nll / n, hits / n, agree / n
     loss = float(sum(weights[dd] * float(nll[j]) for j, dd in enumerate(depths)))
     r = lambda t: [round(float(x), 4) for x in t]  # noqa: E731
@@ -192,34 +189,43 @@ def evaluate(model, head: ExitHead, data: TeacherData, weights: dict[int, float]
 
 def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig, tokenizer=None,
                 stop: Stopping | None = None, curve_path: Path | None = None, exit_layer: int | None = None,
-                labels: str = "text", positions: int | None = 256, eval_positions: int | None = 1024) -> dict:
+                labels: str = "text", per_sequence: int | None = None, eval_positions: int | None = 1024) -> dict:
     """Train the shared exit head of ``model`` (frozen) with ``loss``'s weights on the teacher
     cache (:mod:`common.teacher`), install it, save the model to ``out_dir/model``; returns the
-    stats (also ``out_dir/stats.json``)."""
+    stats (also ``out_dir/stats.json``).
+
+    Training items are answer positions (at most ``per_sequence`` per training sequence),
+    ``cfg.batch_size`` of them a step; the held-out metrics read the first ``eval_positions``
+    answer positions of the held-out corpus."""
     out_dir = Path(out_dir)
     d = num_layers(model)
     weights = exit_weights(loss, d, exit_layer)
     if loss == "bild":
         check_layer(model, exit_layer, "--exit-layer")
     stop = dataclasses.replace(stop or Stopping(eval_every=50), metric="heldout_score")
-    head = ExitHead(model)
     tr, held = teacher["train"], teacher["heldout"]
     t0 = time.perf_counter()
+    pos = train_positions(tr, per_sequence, cfg.seed)
+    hpos = held.answer_positions()[:eval_positions]
+    y, hy = exit_labels(tr, pos, labels), exit_labels(held, hpos, "text")
+    states, hstates = exit_states(model, tr, weights, pos), exit_states(model, held, weights, hpos)
+    states_wall = round(time.perf_counter() - t0, 1)
+    head = ExitHead(model)
     meta = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "labels": labels,
-            "positions": positions, **fingerprint(model), "teacher": teacher["key"]}
+            "per_sequence": per_sequence, **fingerprint(model), "teacher": teacher["key"]}
     curve_file = out_dir / "curve.jsonl"
-    log = train(head, list(range(len(tr))), exit_loss(model, tr, weights, labels, positions), cfg,
+    log = train(head, list(range(y.numel())), exit_loss(states, y, weights), cfg,
                 out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta, desc=f"{loss} exit head",
-                evaluate=lambda h: evaluate(model, h, held, weights, max_positions=eval_positions),
-                stop=stop, curve_path=curve_file)
+                evaluate=lambda h: evaluate(h, hstates, hy, weights), stop=stop, curve_path=curve_file)
     install(model, head)
     model.save_pretrained(out_dir / "model")
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir / "model")
     stats = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "layers": d,
              "exit_depths": sorted(weights), "weights": [weights[k] for k in sorted(weights)], "labels": labels,
-             "positions": positions, "trained_params": sum(p.numel() for p in head.parameters()),
-             "frozen_trunk": True, **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
+             "per_sequence": per_sequence, "train_positions": y.numel(), "batch_positions": cfg.batch_size,
+             "trained_params": sum(p.numel() for p in head.parameters()), "frozen_trunk": True,
+             "states_wall_s": states_wall, **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
              "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
              "teacher": teacher["key"], "threads": torch.get_num_threads()}
     write_json(out_dir / "stats.json", stats)
@@ -236,11 +242,13 @@ def _main(argv=None) -> None:
         ap.add_argument("--exit-layer", type=int, default=None, help="k, the early exit's depth (--loss bild)")
         ap.add_argument("--labels", default="text", choices=LABELS,
                         help="text: the reference replies (the paper's fine-tuning); greedy: the model's own tokens")
-        ap.add_argument("--positions", type=int, default=256, help="answer positions per batch (at most)")
+        ap.add_argument("--per-sequence", type=int, default=None,
+                        help="answer positions of each training sequence cached and trained on (at most; default all)")
         ap.add_argument("--eval-positions", type=int, default=1024, help="held-out answer positions evaluated")
 
     def check_args(a):
-        check_range("--positions", a.positions, 1)
+        if a.per_sequence is not None:
+            check_range("--per-sequence", a.per_sequence, 1)
         check_range("--eval-positions", a.eval_positions, 1)
         if a.loss == "bild" and a.exit_layer is None:
             raise UserError("--loss bild needs --exit-layer k (the small model's depth)")
@@ -253,10 +261,10 @@ def _main(argv=None) -> None:
 
     def run(a, model, tok, data, cfg, stop):
         return train_exits(model, data, a.loss, a.out, cfg, tok, stop, a.curve_out, a.exit_layer, a.labels,
-                           a.positions, a.eval_positions)
+                           a.per_sequence, a.eval_positions)
 
     component_main("train a prediction head shared by early exits (BiLD's early exit, CALM) on a frozen model",
-                   add_args, run, (teacher.add_args, teacher.from_args), argv, lr=1e-4, batch_size=4,
+                   add_args, run, (teacher.add_args, teacher.from_args), argv, lr=1e-3, batch_size=256,
                    check_args=check_args, check_model=check_model)
 
 

@@ -126,11 +126,13 @@ class RuleParams:
         """``python -m bild.exits`` flags of one loss's training (its own settings and stopping)."""
         ee, loss = self.cfg.early_exit, wildcards.exitloss
         t = ee.train[loss]
-        flags = [f"--loss {loss}", f"--labels {t['labels']}", f"--positions {t['positions']}",
+        flags = [f"--loss {loss}", f"--labels {t['labels']}",
                  f"--lr {t['lr']}", f"--batch-size {t['batch_size']}", f"--max-epochs {t['max_epochs']}",
                  f"--eval-every {t['eval_every']}", f"--patience {t['patience']}", f"--min-delta {t['min_delta']}"]
         if loss == "bild":
             flags.append(f"--exit-layer {ee.exit_layer}")
+        if t.get("per_sequence"):
+            flags.append(f"--per-sequence {t['per_sequence']}")
         if t.get("eval_positions"):
             flags.append(f"--eval-positions {t['eval_positions']}")
         if t.get("wall_budget_s"):

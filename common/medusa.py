@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from .decoders.base import Option
 from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
@@ -183,7 +184,8 @@ class HeadData:
 
 
 @torch.no_grad()
-def layer_inputs(model, data: TeacherData, layers: list[int], batch_size: int = 8) -> torch.Tensor:
+def layer_inputs(model, data: TeacherData, layers: list[int], batch_size: int = 8, positions: torch.Tensor | None = None,
+                 normed: bool = True, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     """What an early-exit head at each of ``layers`` reads: the model's final norm applied to
     the state entering that layer (the output of the first ``layer`` layers).
 
@@ -191,23 +193,34 @@ def layer_inputs(model, data: TeacherData, layers: list[int], batch_size: int = 
         data: its sequences run through the frozen model again (the cache keeps only final
             states), sorted by length and right-padded as the teacher pass does them, up to the
             deepest layer asked.
+        positions: ``[P]`` flat positions of ``data`` to keep (None: every position), so a
+            many-layer cache holds only the positions a trainer reads.
+        normed: False keeps the raw residual states (a head that trains its own norm).
     Returns:
-        ``[len(layers), N, H]`` fp16, for every position of ``data``.
+        ``[len(layers), P, H]`` in ``dtype`` (P = ``data.n_tokens`` when ``positions`` is None),
+        rows in the order of ``positions``.
     """
     from .forward import final_norm, layer_states
 
-    out = torch.empty(len(layers), data.n_tokens, model.config.hidden_size, dtype=torch.float16)
-    order = sorted(range(len(data)), key=lambda s: data.span(s)[1] - data.span(s)[0])
-    for i in range(0, len(order), batch_size):
+    keep = torch.arange(data.n_tokens) if positions is None else positions.long()
+    row = torch.full((data.n_tokens,), -1, dtype=torch.long)
+    row[keep] = torch.arange(keep.numel())
+    out = torch.empty(len(layers), keep.numel(), model.config.hidden_size, dtype=dtype)
+    order = [s for s in sorted(range(len(data)), key=lambda s: data.span(s)[1] - data.span(s)[0])
+             if bool((row[slice(*data.span(s))] >= 0).any())]
+    for i in tqdm(range(0, len(order), batch_size), desc=f"layer states {list(layers)}"[:60], unit="batch",
+                  leave=False, disable=len(order) <= batch_size):
         spans = [data.span(s) for s in order[i:i + batch_size]]
         ids = torch.zeros(len(spans), max(b - a for a, b in spans), dtype=torch.long, device=model.device)
         for r, (a, b) in enumerate(spans):
             ids[r, :b - a] = data.ids[a:b].to(ids)
         states = layer_states(model, ids, layers)  # {layer: [B, T, H]} raw
         for j, layer in enumerate(layers):
-            normed = final_norm(model, states[layer]).half().cpu()
+            h = (final_norm(model, states[layer]) if normed else states[layer]).to(dtype).cpu()
             for r, (a, b) in enumerate(spans):
-                out[j, a:b] = normed[r, :b - a]
+                dst = row[a:b]
+                sel = dst >= 0
+                out[j, dst[sel]] = h[r, :b - a][sel]
     return out
 
 

@@ -31,7 +31,11 @@ def test_rule_params_of_the_embedded_profile():
     w = SimpleNamespace(exitloss="bild", btask=ee.tasks[0])
     flags = r.exit_train_flags(w)
     assert f"--exit-layer {ee.exit_layer}" in flags and "--loss bild" in flags and "--wall-budget" in flags
-    assert "--exit-layer" not in r.exit_train_flags(SimpleNamespace(exitloss="calm", btask=ee.tasks[0]))
+    calm_flags = r.exit_train_flags(SimpleNamespace(exitloss="calm", btask=ee.tasks[0]))
+    assert "--exit-layer" not in calm_flags
+    for loss, f in (("bild", flags), ("calm", calm_flags)):       # a cap only where the config sets one
+        cap = ee.train[loss].get("per_sequence")
+        assert (f"--per-sequence {cap}" in f) if cap else ("--per-sequence" not in f)
     assert r.exit_model(w) == f".cache/components/{p.name}/bild_exit_bild/model"
     assert r.exit_shares_teacher() and r.exit_teacher(w)["teacher"] == f".cache/components/{p.name}/teacher.pt"
     s = r.exit_settings(w)

@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from bild.calm import Calm
-from bild.exits import ExitHead, _main, exit_loss, exit_weights, install, train_exits
+from bild.exits import (ExitHead, _main, exit_labels, exit_loss, exit_states, exit_weights, install, train_exits,
+                        train_positions)
 from common.decoders import get_decoder
 from common.decoders.speculative import perturbed_copy
 from common.errors import UserError
@@ -61,19 +62,44 @@ def test_untrained_head_is_the_models_and_the_loss_is_the_weighted_nll(tiny, tea
                                    rtol=1e-4, atol=1e-5)
     assert head.head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()  # untied copy
     weights = {1: 0.25, 4: 0.75}
-    got = exit_loss(model, data, weights, "text", None)(head, [0])
+    pos = train_positions(data, None)
+    assert torch.equal(pos, data.answer_positions())
     a, b = data.span(0)
+    mine = ((pos >= a) & (pos < b)).nonzero().flatten().tolist()              # sequence 0's items
+    got = exit_loss(exit_states(model, data, weights, pos), exit_labels(data, pos, "text"), weights)(head, mine)
     t = torch.arange(a + int(data.start[0]) - 1, b - 1) - a                 # answer positions of sequence 0
     y = data.ids[a + t + 1].long()
-    pos = torch.arange(b - a)[None]
+    pos0 = torch.arange(b - a)[None]
     want = 0.0
     with torch.no_grad():
         for depth, w in weights.items():
-            logits = logits_from_hidden(model, run_layers(model, embed(model, ids), None, 0, depth, pos))[0, t]
+            logits = logits_from_hidden(model, run_layers(model, embed(model, ids), None, 0, depth, pos0))[0, t]
             want += w * torch.nn.functional.cross_entropy(logits, y)
     torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-5)
-    capped = exit_loss(model, data, weights, "greedy", 3)(head, [0, 1])
-    assert capped.requires_grad and torch.isfinite(capped)
+    capped = train_positions(data, 3, seed=1)
+    assert torch.equal(capped, train_positions(data, 3, seed=1)) and not torch.equal(capped, train_positions(data, 3, seed=2))
+    for s in range(len(data)):
+        a, b = data.span(s)
+        assert 0 < int(((capped >= a) & (capped < b)).sum()) <= 3
+    assert set(capped.tolist()) <= set(pos.tolist())
+    greedy = exit_loss(exit_states(model, data, weights, capped), exit_labels(data, capped, "greedy"), weights)(head, [0, 4])
+    assert greedy.requires_grad and torch.isfinite(greedy)
+    torch.testing.assert_close(exit_labels(data, capped, "greedy"), data.argmax[capped].long())
+
+
+def test_exit_states_are_the_trunks_raw_states_at_the_positions(tiny, teacher):
+    """The cached states (any subset of positions, in their order) are the frozen trunk's own."""
+    model, data = fresh(tiny), teacher["train"]
+    pos = train_positions(data, 2, seed=0).flip(0)
+    got = exit_states(model, data, {1: 0.5, 3: 0.5}, pos)
+    assert got.shape == (2, pos.numel(), model.config.hidden_size) and got.dtype == torch.float32
+    for r, p in enumerate(pos.tolist()):
+        s = next(s for s in range(len(data)) if data.span(s)[0] <= p < data.span(s)[1])
+        a, b = data.span(s)
+        with torch.no_grad():
+            want = layer_states(model, data.ids[None, a:b].long(), [1, 3])
+        for j, depth in enumerate((1, 3)):
+            torch.testing.assert_close(got[j, r], want[depth][0, p - a], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("loss", ["bild", "calm"])
@@ -81,11 +107,12 @@ def test_training_saves_a_model_that_decodes(tiny, teacher, tmp_path, loss):
     model = fresh(tiny)
     embed_before = model.model.embed_tokens.weight.clone()
     layer_before = {k: v.clone() for k, v in model.model.layers.state_dict().items()}
-    stats = train_exits(model, teacher, loss, tmp_path, TrainConfig(lr=3e-3, epochs=2, batch_size=2),
+    stats = train_exits(model, teacher, loss, tmp_path, TrainConfig(lr=3e-3, epochs=2, batch_size=8),
                         stop=Stopping(eval_every=3, patience=5), curve_path=tmp_path / "curve_copy.jsonl",
-                        exit_layer=2 if loss == "bild" else None, labels="greedy", positions=64)
+                        exit_layer=2 if loss == "bild" else None, labels="greedy", per_sequence=4)
     d = num_layers(model)
-    assert stats["final_loss"] < stats["first_loss"] and stats["steps"] == 6
+    assert stats["train_positions"] == 24 and stats["steps"] == 6                # 6 sequences x 4, batches of 8
+    assert stats["final_loss"] < stats["first_loss"]
     assert stats["exit_depths"] == ([2, d] if loss == "bild" else list(range(1, d + 1)))
     assert len(stats["final"]["heldout_top1"]) == len(stats["exit_depths"]) and stats["final"]["heldout_agree"][-1] == 1.0
     assert stats["final"]["heldout_score"] == -stats["final"]["heldout_loss"]
@@ -123,5 +150,5 @@ def test_cli_bad_input_fails_before_loading(tmp_path):
         _main(base + ["--loss", "bild"])
     with pytest.raises(UserError, match="takes no --exit-layer"):
         _main(base + ["--loss", "calm", "--exit-layer", "2"])
-    with pytest.raises(UserError, match="--positions"):
-        _main(base + ["--loss", "calm", "--positions", "0"])
+    with pytest.raises(UserError, match="--per-sequence"):
+        _main(base + ["--loss", "calm", "--per-sequence", "0"])

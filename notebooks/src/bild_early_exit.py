@@ -49,6 +49,8 @@ meta = {**provenance([r for recs in runs.values() for r in recs]),
         "training": "shared exit head (final norm + untied LM head) on the frozen model, not full fine-tuning",
         "sources": ", ".join(inputs)}
 pd.DataFrame([{"loss": loss, "steps": s["steps"], "stopped": s["stopped"], "labels": s["labels"],
+               "positions (x epochs)": f"{s.get('train_positions')} x {s['config']['epochs']}",
+               "positions per step": s.get("batch_positions"), "train wall s": round(s["curve_wall_s"]),
                "trained_params": s["trained_params"], "heldout_loss": f"{s['untrained']['heldout_loss']} -> {s['final']['heldout_loss']}",
                "exit top1 (first exit)": f"{s['untrained']['heldout_top1'][0]} -> {s['final']['heldout_top1'][0]}",
                "agree with last (first exit)": f"{s['untrained']['heldout_agree'][0]} -> {s['final']['heldout_agree'][0]}"}
@@ -91,6 +93,7 @@ curve = pd.DataFrame(R.find("exit_bild_curve.jsonl"))
 ax = axes[0][-1]
 ax.plot(curve.step, [a[0] for a in curve.heldout_agree], marker="o", label=f"exit {ee.exit_layer} agrees with the last")
 ax.plot(curve.step, [a[0] for a in curve.heldout_top1], marker="s", label=f"exit {ee.exit_layer} top-1 (greedy)")
+ax.plot(curve.step, [a[-1] for a in curve.heldout_top1], marker="^", label="last layer top-1 (greedy)")
 ax.set_xlabel("training step")
 ax.set_title("exit head training (held-out)", fontsize=9)
 ax.legend(fontsize=7)
