@@ -413,7 +413,8 @@ class Medusa(TreeDecoder):
             heads = new_heads(model, 3, shared)
             with torch.no_grad():
                 for b in heads.blocks:  # untrained blocks are the identity; make them propose
-                    b.linear.weight.normal_(0, 0.5, generator=torch.Generator(device="cpu").manual_seed(3))
+                    w = b.linear.weight  # drawn on the CPU: the same heads on every device
+                    w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
             save_trained(heads, folder / "heads.pt", heads_meta(model, 3, shared))
             save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), *chain_paths(3)])
             out.append({"heads": str(folder), "tree": str(folder / "tree.json")})

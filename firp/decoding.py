@@ -130,7 +130,8 @@ class Firp(TreeDecoder):
             maps = new_maps(model, layers)
             with torch.no_grad():
                 for lin in maps.maps:
-                    lin.weight.add_(torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(steps)) * 0.5)
+                    noise = torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(steps)) * 0.5
+                    lin.weight.add_(noise.to(lin.weight))  # drawn on the CPU: the same maps on every device
             save_trained(maps, folder / "maps.pt", maps_meta(model, layers))
             out.append({"maps": str(folder), "tree": 12})
         out.append({**out[0], "mask_earlier": True})

@@ -73,7 +73,7 @@ def panel(ax, t, loss, label, marker):
 # %% md [bild.fig6]
 # Figure 6: early-exit BiLD at every (alpha_FB, alpha_RB) against the trained model alone (×),
 # with the vanilla quality and one point below it; the table adds the fastest setting within
-# one point, beside the paper's (mT5-small, first of 8 layers: 1.60x IWSLT, 1.74x WMT).
+# one point (`agree_tokens`: its share of the trained model's own greedy tokens), beside the paper's (mT5-small, first of 8 layers: 1.60x IWSLT, 1.74x WMT).
 
 # %% [bild.fig6]
 paper = paper_numbers(package)["fig6"]
@@ -88,6 +88,7 @@ for ax, t in zip(axes[0], ee.tasks):
     rows.append({"task": t, "vanilla_quality": q0, "best_within_1": best.decoder if best is not None else "none",
                  "quality": best.quality if best is not None else None,
                  "speedup": best.speedup if best is not None else None,
+                 "agree_tokens": best.agree_tokens if best is not None else None,
                  **{f"paper {ds} speedup": paper["within_speedup"][ds] for ds, s in paper["stand_in"].items() if s == t}})
 curve = pd.DataFrame(R.find("exit_bild_curve.jsonl"))
 ax = axes[0][-1]
@@ -105,7 +106,7 @@ print(trend("a speedup (> 1x) within one point of the fine-tuned model",
             [r["speedup"] is not None and r["speedup"] > 1.0 for r in rows],
             [s > 1.0 for s in paper["within_speedup"].values()]))
 grid = points[ee.tasks[0], "bild"]
-print(grid[["decoder", "quality", "latency", "speedup", "small_share", "fallbacks_per_token",
+print(grid[["decoder", "quality", "agree_tokens", "latency", "speedup", "small_share", "fallbacks_per_token",
             "rollbacks_per_token"]].to_string(index=False))
 
 # %% md [bild.fig7]
@@ -132,7 +133,7 @@ R.save_table(table, {**meta, "paper": f"BiLD up to {paper['bleu_gain_up_to']} BL
 print(trend("early-exit BiLD at or above CALM at CALM's trade-off points (as fast or faster)",
             [g >= 0 for g in table.gap.dropna()]))
 calm = pd.concat([points[t, "calm"] for t in ee.tasks], ignore_index=True)
-print(calm[["task", "decoder", "threshold", "tau", "quality", "speedup", "mean_exit_layer",
+print(calm[["task", "decoder", "threshold", "tau", "quality", "agree_tokens", "speedup", "mean_exit_layer",
             "early_exit_share"]].to_string(index=False))
 
 # %%
