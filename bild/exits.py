@@ -126,10 +126,11 @@ def exit_labels(data: TeacherData, positions: torch.Tensor, labels: str) -> torc
 
 
 def exit_states(model, data: TeacherData, weights: dict[int, float], positions: torch.Tensor) -> torch.Tensor:
-    """``[E, P, H]`` fp32 raw states of the frozen trunk at each exit depth (``sorted(weights)``)
-    and each of ``positions``. The trunk never trains, so one pass over the data serves every
-    step and evaluation: a step then costs only the shared head's projections."""
-    return layer_inputs(model, data, sorted(weights), positions=positions, normed=False, dtype=torch.float32)
+    """``[E, P, H]`` raw states of the frozen trunk at each exit depth (``sorted(weights)``) and
+    each of ``positions``, in the model's dtype (held on the CPU: P x E x H of them). The trunk
+    never trains, so one pass over the data serves every step and evaluation: a step then costs
+    only the shared head's projections."""
+    return layer_inputs(model, data, sorted(weights), positions=positions, normed=False, dtype=model.dtype)
 
 
 def exit_loss(states: torch.Tensor, y: torch.Tensor, weights: dict[int, float]):
