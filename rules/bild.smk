@@ -112,7 +112,7 @@ rule bild_exit_train:
     threads: rule_threads("bild_exit_train")
     resources: **rule_resources("bild_exit_train")
     params:
-        env=ENV, py=PY, p=P, ee=BILD.early_exit, out=BILDR.exit_dir, caches=BILDR.exit_teacher,
+        env=f"{ENV} {KEEP_MEMORY}", py=PY, p=P, ee=BILD.early_exit, out=BILDR.exit_dir, caches=BILDR.exit_teacher,
         flags=BILDR.exit_train_flags, teacher=teacher_flags(C["corpus"], C["teacher"]),
     shell:
         "{params.env} {params.py} -m bild.exits --model {params.ee.model} {params.flags}"
