@@ -22,8 +22,9 @@ the large model's and it cannot share its cache, and its head serves the small m
 early exit of the paper is a path *inside* the large model, one head shared with the last layer.
 
 Labels: ``text`` (the teacher cache's ShareGPT reference replies, as the paper fine-tunes on the
-task's references) or ``greedy`` (the model's own greedy tokens), at answer positions (every one, or at most ``--per-sequence`` of each sequence: the cached
-states grow with positions x exits), ``--batch-size`` positions a step. The trunk is frozen, so
+task's references) or ``greedy`` (the model's own greedy tokens), at answer positions (every
+one, or at most ``--per-sequence`` of each sequence: the cached states grow with positions x
+exits), ``--batch-size`` positions a step. The trunk is frozen, so
 its states at the exits are computed once before training and every step costs only the shared
 head. Early stopping watches ``heldout_score``, minus the weighted loss on the held-out greedy
 answers.
