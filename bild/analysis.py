@@ -84,6 +84,18 @@ def best_settings(points: pd.DataFrame, tolerance: float = 1.0, baseline: str = 
             "within": fastest(cand.quality >= q0 - tolerance)}
 
 
+def split_reduced(records: list[dict], keep: int, baseline: str = "vanilla") -> dict[str, list[dict]]:
+    """A reduced-vocabulary sweep's records (``bild.workflow.RuleParams.reduced_settings``) as
+    two sweeps sharing its baseline: ``{"full": the grid with the full head, "reduced": the
+    labels ending ``_v<keep>``, that suffix removed}``; each keeps the baseline's records."""
+    suffix = f"_v{keep}"
+    base = [r for r in records if r["decoder"] == baseline]
+    full = [r for r in records if LABEL.match(r["decoder"])]
+    reduced = [{**r, "decoder": r["decoder"].removesuffix(suffix)} for r in records
+               if r["decoder"].endswith(suffix) and LABEL.match(r["decoder"].removesuffix(suffix))]
+    return {"full": base + full, "reduced": base + reduced}
+
+
 def oracle_points(records: list[dict], metric: str) -> pd.DataFrame:
     """One row per threshold of one oracle run (:mod:`bild.oracle`), ascending engagement.
 
@@ -171,13 +183,24 @@ def frontier(points: pd.DataFrame, x: str = "latency", y: str = "quality") -> pd
 
 
 def quality_gap(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """At each point of ``b``'s trade-off curve (:func:`frontier`), ``a``'s best quality at no
-    more latency: ``latency, quality_b, quality_a, gap = quality_a - quality_b`` (gap NaN where
-    ``a`` has no point that fast). Figure 7's comparison: a = early-exit BiLD, b = CALM."""
-    fa, rows = frontier(a), []
-    for _, r in frontier(b).iterrows():
-        ok = fa[fa.latency <= r.latency]
-        qa = float(ok.quality.max()) if len(ok) else float("nan")
-        rows.append({"latency": float(r.latency), "quality_b": float(r.quality), "quality_a": qa,
-                     "gap": qa - float(r.quality)})
-    return pd.DataFrame(rows, columns=["latency", "quality_b", "quality_a", "gap"])
+    """Both methods' best quality at equal latency budgets (Figure 7: a = early-exit BiLD,
+    b = CALM): at the latency of every point on either trade-off curve (:func:`frontier`),
+    each method's best quality at no more latency.
+
+    Returns:
+        columns ``latency, on`` (``"a"``, ``"b"`` or ``"both"``: whose curve has the point),
+        ``quality_a, quality_b`` (NaN where that method has no point that fast) and
+        ``gap = quality_a - quality_b``, by latency.
+    """
+    fa, fb = frontier(a), frontier(b)
+    on = {}
+    for name, f in (("a", fa), ("b", fb)):
+        for x in f.latency:
+            on[float(x)] = "both" if on.get(float(x), name) != name else name
+
+    def best(f, x):
+        ok = f[f.latency <= x]
+        return float(ok.quality.max()) if len(ok) else float("nan")
+    rows = [{"latency": x, "on": on[x], "quality_a": best(fa, x), "quality_b": best(fb, x)} for x in sorted(on)]
+    out = pd.DataFrame(rows, columns=["latency", "on", "quality_a", "quality_b"])
+    return out.assign(gap=out.quality_a - out.quality_b)

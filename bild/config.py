@@ -128,6 +128,21 @@ class OracleConfig:
 
 
 @dataclass(frozen=True)
+class ReducedVocabConfig:
+    """Beyond the paper: the ``variant`` small model with an LM head over its training labels'
+    ``keep`` most frequent tokens (:mod:`common.reduced_vocab`), swept on ``task`` beside the
+    full head in one run (extra rows of Table 1)."""
+    variant: str
+    keep: int
+    task: str
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise UserError(f"bild.reduced_vocab.variant {self.variant!r} is unknown; valid: {', '.join(VARIANTS)}")
+        check_range("bild.reduced_vocab.keep", self.keep, 1)
+
+
+@dataclass(frozen=True)
 class BildConfig:
     model: str                       # the large model (embedded: the profile's model)
     small_layers: int | None         # embedded: the small model's depth (first k layers)
@@ -140,6 +155,7 @@ class BildConfig:
     spec_gamma: tuple[int, ...] = () # speculative sampling's windows on the same small model (section 4.2)
     oracle: OracleConfig | None = None  # Figure 2's oracle study
     early_exit: EarlyExitConfig | None = None  # Figures 6 and 7
+    reduced_vocab: ReducedVocabConfig | None = None  # beyond the paper (embedded small models)
 
     def __post_init__(self):
         check_range("bild.max_small_tokens", self.max_small_tokens, 1)
@@ -157,6 +173,15 @@ class BildConfig:
                 raise UserError(f"bild.tasks.{t.name}: without small_layers every task names its large model "
                                 f"and a small checkpoint per variant ({', '.join(self.variants)})")
 
+        rv = self.reduced_vocab
+        if rv is not None:
+            if self.small_layers is None:
+                raise UserError("bild.reduced_vocab needs the embedded small models (small_layers); "
+                                "the paper's checkpoints have no teacher cache to count tokens on")
+            if rv.task not in self.tasks or rv.variant not in self.variants:
+                raise UserError(f"bild.reduced_vocab names task {rv.task!r} and variant {rv.variant!r}; valid: "
+                                f"a task of bild.tasks ({', '.join(self.tasks)}) and a variant of bild.variants "
+                                f"({', '.join(self.variants)})")
         if self.early_exit is not None:
             unknown_tasks = [t for t in self.early_exit.tasks if t not in self.tasks]
             if unknown_tasks:
@@ -178,7 +203,8 @@ def from_mapping(raw: Mapping) -> BildConfig:
                       spec_gamma=tuple(raw.get("spec_gamma", ())),
                       oracle=OracleConfig(tuple(raw["oracle"]["thresholds"]), raw["oracle"].get("n"))
                       if raw.get("oracle") else None,
-                      early_exit=_early_exit(raw["early_exit"]) if raw.get("early_exit") else None)
+                      early_exit=_early_exit(raw["early_exit"]) if raw.get("early_exit") else None,
+                      reduced_vocab=ReducedVocabConfig(**raw["reduced_vocab"]) if raw.get("reduced_vocab") else None)
 
 
 def _early_exit(raw: Mapping) -> EarlyExitConfig:

@@ -155,3 +155,33 @@ class RuleParams:
 
     def exit_decoder_config(self, wildcards) -> str:
         return json.dumps(self.exit_settings(wildcards))
+
+    # -- beyond the paper: the reduced-vocabulary small model (cfg.reduced_vocab) ----------------
+    def reduced_dir(self) -> str:
+        """The reduced small model's checkpoint folder (:mod:`common.reduced_vocab`)."""
+        rv = self.cfg.reduced_vocab
+        return f"{self.components}/bild_reduced_{rv.variant}_v{rv.keep}/model"
+
+    def reduced_source(self) -> str:
+        """The trained small model whose head is reduced."""
+        return f"{self.components}/bild_small_{self.cfg.reduced_vocab.variant}/model"
+
+    def reduced_labels(self) -> str:
+        return self.LABELS[self.cfg.reduced_vocab.variant]
+
+    def reduced_settings(self) -> dict[str, dict]:
+        """``{label: options}`` of the reduced-vocabulary sweep besides ``vanilla``: BiLD with the
+        variant's full small model and with its reduced one (label suffix ``_v<keep>``) at every
+        (alpha_FB, alpha_RB) of the task's grid, so both are normalised to one vanilla run."""
+        rv, n = self.cfg.reduced_vocab, self.cfg.max_small_tokens
+        out = {}
+        for suffix, small in (("", self.reduced_source()), (f"_v{rv.keep}", self.reduced_dir())):
+            out.update({label(f, r) + suffix: {"small": small, "fallback_threshold": f, "rollback_threshold": r,
+                                               "max_small_tokens": n} for f, r in self.cfg.task(rv.task).grid()})
+        return out
+
+    def reduced_decoders(self, wildcards=None) -> str:
+        return ",".join(["vanilla", *self.reduced_settings()])
+
+    def reduced_decoder_config(self, wildcards=None) -> str:
+        return json.dumps(self.reduced_settings())

@@ -250,6 +250,8 @@ def accelerate(model, pack: bool | None = None):
         if type(head) is nn.Linear:
             model.lm_head = PackedLinear(head)
             packed += 1
+        elif head is not None:  # a head module holding linears (common.reduced_vocab.ReducedHead)
+            packed += pack_linears(head)
     if getattr(model.config, "_attn_implementation", None) in ("sdpa", None):
         model.set_attn_implementation(ATTENTION)
     model._fast_path = {"packed": packed, "attention": model.config._attn_implementation, "cache": "growing"}

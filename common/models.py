@@ -162,6 +162,8 @@ def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str
             raise UserError(f"model {name!r} ({src}) is not available offline; it needs the hub "
                             f"(paper profile, HF_HUB_OFFLINE=0); embedded: {', '.join(embedded_models())}") from e
         raise UserError(f"model {name!r} ({src}) could not be loaded: {e}".splitlines()[0]) from e
+    from .reduced_vocab import apply_sidecar
+    apply_sidecar(model, src)  # a draft saved with a reduced-vocabulary head (common.reduced_vocab)
     model = model.to(device).eval()
     if fast:
         from .fast import accelerate

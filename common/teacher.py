@@ -128,6 +128,16 @@ def sharegpt_text(tokenizer, n: int, skip: int = 0, max_len: int = 256, max_prom
     return out
 
 
+def read_cache(path: Path) -> dict:
+    """A teacher cache file as :func:`load_or_build` returns it, without checking its key
+    (for readers of a cache a rule already built for them)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"teacher cache {path} does not exist; valid: a cache built by python -m common.teacher")
+    data = torch.load(path, weights_only=True)  # tensors and plain values only
+    return {**data, "train": TeacherData(**data["train"]), "heldout": TeacherData(**data["heldout"])}
+
+
 def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_prompts: int,
                   answer_tokens: int, sequences: int, max_len: int = 256, max_prompt_tokens: int = 96,
                   topk: int = 32, batch_size: int = 8) -> dict:
@@ -145,9 +155,9 @@ def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_pr
            "max_prompt_tokens": max_prompt_tokens, "topk": topk}
     path = Path(path)
     if path.is_file():
-        data = torch.load(path, weights_only=True)  # tensors and plain values only
+        data = read_cache(path)
         if data.get("key") == key:
-            return {**data, "train": TeacherData(**data["train"]), "heldout": TeacherData(**data["heldout"])}
+            return data
     wall = {}
     t = time.perf_counter()
     corpus = selfdistill.load_or_build(heldout_corpus, model, tokenizer, n_prompts=heldout_prompts,

@@ -164,3 +164,47 @@ rule bild_bench:
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
         " --resume --out {output} > {log} 2>&1"
+
+
+# Beyond the paper (bild.reduced_vocab, embedded small models only): the variant's trained small
+# model with an LM head over its training labels' most frequent tokens (no training: the kept rows
+# are the trained head's), and one sweep of the task's grid with both heads beside one vanilla run.
+if BILD.reduced_vocab is not None:
+    rule bild_reduce_vocab:
+        input:
+            model=f"{BILDR.reduced_source()}/config.json",
+            teacher=f".cache/components/{P.name}/teacher.pt",
+        output:
+            model=f"{BILDR.reduced_dir()}/config.json",
+            stats=f"{BILD_RAW}/reduced_vocab_stats.json",
+        conda: "../env.yml"
+        log: f"{LOGS}/bild_reduce_vocab.log"
+        threads: rule_threads("bild_reduce_vocab")
+        resources: **rule_resources("bild_reduce_vocab")
+        params: env=ENV, py=PY, src=BILDR.reduced_source(), out=BILDR.reduced_dir(), labels=BILDR.reduced_labels(),
+                rv=BILD.reduced_vocab,
+        shell:
+            "{params.env} {params.py} -m common.reduced_vocab --model {params.src} --teacher {input.teacher}"
+            " --labels {params.labels} --keep {params.rv.keep} --out {params.out} --stats-out {output.stats} > {log} 2>&1"
+
+    rule bild_reduced_sweep:
+        input:
+            large=model_files(BILD.model),
+            small=f"{BILDR.reduced_source()}/config.json",
+            reduced=f"{BILDR.reduced_dir()}/config.json",
+        output: f"{BILD_RAW}/reduced_vocab_sweep.jsonl"
+        conda: "../env.yml"
+        log: f"{LOGS}/bild_reduced_sweep.log"
+        benchmark: f"{BENCH}/bild_reduced_sweep.tsv"
+        # All cores: a timing rule never shares the machine with another job.
+        threads: rule_threads("bild_sweep")
+        resources: **rule_resources("bild_sweep")
+        params:
+            env=ENV, py=PY, p=P, b=BILD, t=BILD.task(BILD.reduced_vocab.task), decoders=BILDR.reduced_decoders,
+            dcfg=BILDR.reduced_decoder_config,
+        shell:
+            "{params.env} {params.py} -m common.bench --model {params.b.model} --decoders {params.decoders}"
+            " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
+            " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
+            " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
+            " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"

@@ -120,7 +120,11 @@ def test_quality_gap():
 
     from bild.analysis import quality_gap
 
+    # both curves are compared at every latency either reaches; b's point at 0.75 is dominated
     a = pd.DataFrame({"latency": [0.6, 0.8, 1.0], "quality": [28.0, 30.0, 31.0]})
-    b = pd.DataFrame({"latency": [0.5, 0.7, 0.9], "quality": [20.0, 26.0, 29.0]})
+    b = pd.DataFrame({"latency": [0.5, 0.7, 0.75, 0.8, 0.9], "quality": [20.0, 26.0, 25.0, 27.0, 29.0]})
     g = quality_gap(a, b)
-    assert math.isnan(g.gap[0]) and g.gap[1:].tolist() == [2.0, 1.0]
+    assert g.latency.tolist() == [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    assert g.on.tolist() == ["b", "a", "b", "both", "b", "a"]
+    assert math.isnan(g.quality_a[0]) and g.quality_b.tolist() == [20.0, 20.0, 26.0, 27.0, 29.0, 29.0]
+    assert math.isnan(g.gap[0]) and g.gap[1:].tolist() == [8.0, 2.0, 3.0, 1.0, 2.0]

@@ -13,6 +13,7 @@
 # or translate, the ShareGPT reply as reference), named in every table.
 
 # %%
+import json
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bild.analysis import best_settings, sweep_points
+from bild.analysis import best_settings, split_reduced, sweep_points
 from bild.config import from_profile
 from bild.plots import quality_panel
 from common.records import read_jsonl
@@ -32,8 +33,9 @@ R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_p
 cfg, inputs = R.cfg, R.inputs
 runs = {}
 for p in inputs:
-    task, variant = Path(p).stem.removeprefix("sweep_").rsplit("_", 1)
-    runs[task, variant] = read_jsonl(p)
+    if Path(p).name.startswith("sweep_"):  # Table 1 also reads the reduced-vocabulary sweep (below)
+        task, variant = Path(p).stem.removeprefix("sweep_").rsplit("_", 1)
+        runs[task, variant] = read_jsonl(p)
 points = pd.concat([sweep_points(recs, cfg.task(t).metric).assign(task=t, variant=v) for (t, v), recs in runs.items()],
                    ignore_index=True)
 paper = paper_numbers(package)["table1"]
@@ -74,14 +76,20 @@ R.save_table(grid[cols], meta)
 # may have run on different machines (records before 2026-11-25 name the CPU only as "AMD EPYC";
 # the same name covered machines at ~20 and ~40 tokens/s), and a speedup is a ratio within one
 # sweep only.
+#
+# Beyond the paper, where the profile sets `bild.reduced_vocab`: two more rows from one sweep of
+# the task's grid, the small model with its full LM head and with a head over its training
+# labels' most frequent tokens only (`common.reduced_vocab`: the trained head's rows, no
+# retraining), both against that run's vanilla. The head is most of a shallow small model's
+# step on a 49 k-token vocabulary; the rows say what cutting it buys.
 
 # %% [bild.table1]
-rows = []
-for (t, v), _ in sorted(runs.items()):
-    g = grid[(grid.task == t) & (grid.variant == v)]
+def table1_rows(t, v, g, records, paper_variant=None):
+    """Table 1's two cells for one sweep's grid points ``g`` (and its records, for vanilla's speed)."""
     best = best_settings(g)
-    van = [r for r in runs[t, v] if r["decoder"] == "vanilla"]
+    van = [r for r in records if r["decoder"] == "vanilla"]
     tok_s = sum(r["new_tokens"] for r in van) / sum(r["wall_time"] for r in van)
+    out = []
     for cell in ("no_loss", "within"):
         b = best[cell]
         row = {"task": t, "variant": v, "cell": cell, "vanilla_quality": best["baseline_quality"], "vanilla_tok_s": tok_s,
@@ -89,13 +97,39 @@ for (t, v), _ in sorted(runs.items()):
                "speedup": b["speedup"] if b else None,
                "agree_tokens": float(g.set_index("decoder").agree_tokens[b["decoder"]]) if b else None}
         for ds, stand in paper["stand_in"].items():
-            if stand == t:
-                q, s = paper[v][cell][ds]
+            if stand == t and paper_variant is not None:
+                q, s = paper[paper_variant][cell][ds]
                 row[f"paper {ds}"] = f"{q} ({paper['vanilla'][ds]}), {s}x"
-        rows.append(row)
+        out.append(row)
+    return out
+
+
+rows = []
+for (t, v), _ in sorted(runs.items()):
+    rows += table1_rows(t, v, grid[(grid.task == t) & (grid.variant == v)], runs[t, v], v)
+
+# Beyond the paper (profiles with bild.reduced_vocab): the same small model with its LM head cut
+# to its training labels' most frequent tokens, swept beside its full head in one run (both rows
+# share that run's vanilla); the paper's columns stay empty on these rows.
+reduced = [p for p in inputs if Path(p).name == "reduced_vocab_sweep.jsonl"]
+rv = cfg.reduced_vocab
+if reduced:
+    recs = read_jsonl(reduced[0])
+    rstats = json.loads(Path(next(p for p in inputs if Path(p).name == "reduced_vocab_stats.json")).read_text())
+    both = {k: sweep_points(r, cfg.task(rv.task).metric) for k, r in split_reduced(recs, rv.keep).items()}
+    names = {"full": f"{rv.variant}, full head (reduced sweep's run)",
+             "reduced": f"{rv.variant}, {rv.keep}-token head (beyond the paper)"}
+    for k, g in both.items():
+        rows += table1_rows(rv.task, names[k], g, recs)
+    meta["reduced vocabulary"] = (f"{rv.keep} of {rstats['vocab']} tokens kept (the most frequent {rstats['labels']} labels "
+                                  f"of the small model's training data): {rstats['train_coverage']:.1%} of those labels, "
+                                  f"{rstats['heldout_coverage']:.1%} of the held-out greedy tokens")
+    side = both["full"].merge(both["reduced"], on="decoder", suffixes=("_full", "_reduced"))
+    print(side[["decoder", "quality_full", "quality_reduced", "speedup_full", "speedup_reduced", "small_share_full",
+                "small_share_reduced", "fallbacks_per_token_full", "fallbacks_per_token_reduced"]].round(3).to_string(index=False))
 table = pd.DataFrame(rows)
 R.save_table(table, meta)
-hit = table[(table.cell == "no_loss")].set_index(["task", "variant"]).speedup
+hit = table[(table.cell == "no_loss") & table.variant.isin(["unaligned", "aligned"])].set_index(["task", "variant"]).speedup
 for t in cfg.tasks:
     if (t, "aligned") in hit and (t, "unaligned") in hit:
         a, u = hit[t, "aligned"], hit[t, "unaligned"]

@@ -1,0 +1,161 @@
+"""A draft model whose LM head scores only its most frequent tokens (beyond the papers).
+
+On a 49 k-token vocabulary the LM head is most of a shallow draft's step (SmolLM2-135M: 28 M
+of the 4-layer draft's 42 M multiply-adds, and as much of the weights it reads). Keeping the
+head's rows of the ``keep`` most frequent tokens of the draft's own training labels makes each
+draft step read a sixth of that, at the price of never proposing the other tokens: a token
+outside the kept set is one the large model must supply (fallback, rollback, or rejection).
+
+The kept rows are the trained head's rows, unchanged, so over the kept tokens the reduced
+draft's distribution is the full draft's renormalised: its argmax equals the full draft's
+wherever that is a kept token, and its confidence (max probability) is at least as high. The
+head still returns ``[.., V]`` logits over the whole vocabulary (the dropped tokens at the
+dtype's lowest value, so their probability is exactly 0 and no ``0 * -inf`` arises), so every
+decoder and check that expects the target's vocabulary takes the reduced draft unchanged.
+
+A reduced draft is an ordinary checkpoint plus ``reduced_vocab.json`` (the kept ids) in its
+folder; :func:`common.models.load_model` applies it on load.
+
+    python -m common.reduced_vocab --model .cache/components/embedded/bild_small_aligned/model \
+        --teacher .cache/components/embedded/teacher.pt --labels greedy --keep 8192 \
+        --out .cache/components/embedded/bild_small_aligned_v8192/model --stats-out stats.json
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import UserError, check_range, cli_main
+
+SIDECAR = "reduced_vocab.json"
+LABELS = ("greedy", "text")
+
+
+class ReducedHead(nn.Module):
+    """LM head over the vocabulary subset ``keep``.
+
+    ``forward``: ``[..., H]`` hidden states -> ``[..., V]`` logits, the kept tokens' from
+    ``proj`` (``[K, H]``, the original head's rows) and every other token's the dtype's minimum.
+    """
+
+    def __init__(self, head: nn.Linear, keep: torch.Tensor):
+        super().__init__()
+        self.vocab = head.out_features
+        self.proj = nn.Linear(head.in_features, keep.numel(), bias=head.bias is not None,
+                              device=head.weight.device, dtype=head.weight.dtype)
+        with torch.no_grad():
+            self.proj.weight.copy_(head.weight[keep])
+            if head.bias is not None:
+                self.proj.bias.copy_(head.bias[keep])
+        self.register_buffer("keep", keep.to(head.weight.device), persistent=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        sub = self.proj(hidden)                                            # [..., K]
+        out = sub.new_full((*sub.shape[:-1], self.vocab), torch.finfo(sub.dtype).min)
+        return out.index_copy_(-1, self.keep, sub)                         # [..., V]
+
+
+def reduce_vocab(model, keep: torch.Tensor):
+    """Replace ``model.lm_head`` (an ``nn.Linear``) by a :class:`ReducedHead` over ``keep``
+    (``[K]`` distinct token ids), in place; returns ``model``. The head is untied from the
+    input embeddings (it holds copies of the kept rows)."""
+    head = getattr(model, "lm_head", None)
+    if type(head) is not nn.Linear:
+        raise UserError(f"a reduced vocabulary needs a model with an nn.Linear lm_head, not {type(head).__name__}")
+    keep = torch.as_tensor(keep, dtype=torch.long).flatten()
+    v = head.out_features
+    if keep.numel() == 0 or keep.unique().numel() != keep.numel() or int(keep.min()) < 0 or int(keep.max()) >= v:
+        raise UserError(f"reduced vocabulary: the kept ids must be distinct ids in [0, {v}), at least one")
+    model.lm_head = ReducedHead(head, keep)
+    model.config.tie_word_embeddings = False
+    return model
+
+
+def apply_sidecar(model, folder) -> bool:
+    """Apply ``folder``'s ``reduced_vocab.json`` if it has one (what ``load_model`` calls)."""
+    path = Path(folder) / SIDECAR
+    if not path.is_file():
+        return False
+    try:
+        keep = json.loads(path.read_text())["keep"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{path}: not a reduced-vocabulary file ({e}); expected {{\"keep\": [token ids]}}") from e
+    reduce_vocab(model, torch.tensor(keep, dtype=torch.long))
+    return True
+
+
+def frequent_tokens(ids: torch.Tensor, k: int, vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
+    """The ``k`` most frequent ids of ``ids`` (``[N]``; ties to the smaller id), with ``always``
+    (e.g. EOS) forced in; sorted ``[k]``."""
+    check_range("keep", k, 1, vocab)
+    counts = torch.bincount(ids.long().flatten(), minlength=vocab).double()
+    for t in always:
+        counts[t] = float("inf")
+    # stable order: highest count first, then smallest id (argsort of -count is stable)
+    order = torch.argsort(-counts, stable=True)
+    return order[:k].sort().values
+
+
+def label_tokens(data, labels: str) -> torch.Tensor:
+    """The hard labels a small model was trained on at the answer positions of a teacher
+    cache (:class:`common.teacher.TeacherData`): the target's greedy tokens or the text's."""
+    if labels not in LABELS:
+        raise UserError(f"labels={labels!r} is unknown; valid: {', '.join(LABELS)}")
+    pos = data.answer_positions()
+    return data.argmax[pos].long() if labels == "greedy" else data.ids[pos + 1].long()
+
+
+def coverage(ids: torch.Tensor, keep: torch.Tensor) -> float:
+    """Share of ``ids`` inside ``keep``."""
+    inside = torch.zeros(int(max(ids.max(), keep.max())) + 1, dtype=torch.bool)
+    inside[keep] = True
+    return float(inside[ids.long()].float().mean()) if ids.numel() else 0.0
+
+
+def _main(argv=None) -> None:
+    from transformers import AutoConfig
+
+    from .checks import ArgumentParser, check_out_path
+    from .records import write_json
+    from .teacher import read_cache
+
+    ap = ArgumentParser(prog="python -m common.reduced_vocab", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, required=True, help="a trained draft's checkpoint folder")
+    ap.add_argument("--teacher", type=Path, required=True, help="the teacher cache the draft was trained on")
+    ap.add_argument("--labels", required=True, choices=LABELS, help="the draft's training labels (counted)")
+    ap.add_argument("--keep", type=int, required=True, help="how many of the most frequent tokens the head keeps")
+    ap.add_argument("--out", type=Path, required=True, help="the reduced draft's checkpoint folder")
+    ap.add_argument("--stats-out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    check_out_path(a.stats_out)
+    if not (a.model / "config.json").is_file():
+        raise UserError(f"--model {a.model}: no checkpoint there (config.json missing); valid: a draft's model folder")
+    cfg = AutoConfig.from_pretrained(a.model)
+    vocab = int(cfg.vocab_size)
+    check_range("--keep", a.keep, 1, vocab - 1)
+    data = read_cache(a.teacher)
+    train_ids, held_ids = label_tokens(data["train"], a.labels), label_tokens(data["heldout"], a.labels)
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+    keep = frequent_tokens(train_ids, a.keep, vocab, tuple(t for t in eos if t is not None))
+    # the checkpoint is the trained draft's, unchanged; the sidecar names the kept rows
+    tmp = a.out.with_name(a.out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(a.model, tmp)
+    (tmp / SIDECAR).write_text(json.dumps({"keep": keep.tolist(), "labels": a.labels, "source": str(a.model)}))
+    shutil.rmtree(a.out, ignore_errors=True)
+    tmp.replace(a.out)
+    stats = {"keep": a.keep, "vocab": vocab, "labels": a.labels, "source": str(a.model),
+             "train_coverage": round(coverage(train_ids, keep), 4),
+             "heldout_coverage": round(coverage(held_ids, keep), 4),
+             "head_params": a.keep * int(cfg.hidden_size), "full_head_params": vocab * int(cfg.hidden_size)}
+    write_json(a.stats_out, stats)
+    print(f"kept {a.keep} of {vocab} tokens: {stats['train_coverage']:.1%} of the training labels, "
+          f"{stats['heldout_coverage']:.1%} of the held-out ones")
+
+
+if __name__ == "__main__":
+    cli_main(_main)
