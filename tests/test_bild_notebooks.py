@@ -1,5 +1,6 @@
-"""BiLD's Figures 2, 8 and 10 render from raw records shaped as their rules write them (made up
-here for the smoke profile's one task and two variants; no model runs)."""
+"""BiLD's Figures 2, 8 and 10 and Table 1 (with the reduced-vocabulary rows) render from raw
+records shaped as their rules write them (made up here for the smoke profile's one task and two
+variants; no model runs)."""
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 from common.config import artifact_inputs, load_artifacts, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-IDS = ("bild.fig2", "bild.fig8", "bild.fig10")
+IDS = ("bild.fig2", "bild.fig8", "bild.fig10", "bild.table1")
 META = {"model": "m", "dataset": "d", "profile": "smoke", "device": "cpu", "dtype": "float32", "max_new_tokens": 8,
         "code_version": "x"}
 
@@ -25,6 +26,13 @@ def _sweep(variant):
         out.append({"question_id": q, "decoder": "bild@fb0.5_rb2", "text": ref, "reference": ref, "wall_time": 1.0,
                     "tokens": [1, 2, 3], "new_tokens": 3, "prompt_tokens": 5, "extra": extra, **META})
     return out
+
+
+def _reduced(keep):
+    """The reduced-vocabulary sweep: vanilla, the full head and the reduced one (label suffix)."""
+    recs = _sweep("aligned")
+    slow = [{**r, "decoder": r["decoder"] + f"_v{keep}", "wall_time": 1.5} for r in recs if r["decoder"] != "vanilla"]
+    return recs + slow
 
 
 def _oracle(variant):
@@ -49,6 +57,10 @@ def root(tmp_path_factory):
             (f"{kind}_summarize_{v}.jsonl", fn(v)) for v in ("unaligned", "aligned")
             for kind, fn in (("sweep", _sweep), ("oracle", _oracle))]:
         (raw / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    keep = load_profile(None, "smoke").raw["bild"]["reduced_vocab"]["keep"]
+    (raw / "reduced_vocab_sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _reduced(keep)))
+    (raw / "reduced_vocab_stats.json").write_text(json.dumps(
+        {"keep": keep, "vocab": 96, "labels": "greedy", "train_coverage": 0.98, "heldout_coverage": 0.9}))
     return root
 
 
@@ -67,6 +79,13 @@ def test_renders_from_records(root, aid):
     table = (root / "bild" / "tables" / f"{aid}.md").read_text()
     if aid == "bild.fig2":
         assert "oracle" in table and (root / "bild" / "figures" / "bild.fig2.png").is_file()
+    elif aid == "bild.table1":
+        import pandas as pd
+        t = pd.read_csv(root / "bild" / "tables" / "bild.table1.csv").set_index(["variant", "cell"])
+        keep = load_profile(None, "smoke").raw["bild"]["reduced_vocab"]["keep"]
+        assert t.loc[("aligned, full head (reduced sweep's run)", "no_loss"), "speedup"] == pytest.approx(2.0)
+        assert t.loc[(f"aligned, {keep}-token head (beyond the paper)", "no_loss"), "speedup"] == pytest.approx(2 / 1.5)
+        assert "98.0% of those labels" in table
     elif aid == "bild.fig8":
         assert "bild@fb0.5_rb2 (no_loss)" in table and "paper: cnndm" in table
     else:

@@ -121,6 +121,7 @@ if reduced:
              "reduced": f"{rv.variant}, {rv.keep}-token head (beyond the paper)"}
     for k, g in both.items():
         rows += table1_rows(rv.task, names[k], g, recs)
+    meta.update(provenance([r for rs in runs.values() for r in rs] + recs))  # its machine and code too
     meta["reduced vocabulary"] = (f"{rv.keep} of {rstats['vocab']} tokens kept (the most frequent {rstats['labels']} labels "
                                   f"of the small model's training data): {rstats['train_coverage']:.1%} of those labels, "
                                   f"{rstats['heldout_coverage']:.1%} of the held-out greedy tokens")
