@@ -73,6 +73,19 @@ def greedy_sequences(model, n: int = 4, prompt: int = 6, answer: int = 24, seed:
     return out
 
 
+def teacher_corpus(model, n: int, seed0: int, new: int = 16) -> list[dict]:
+    """``[{"ids", "start"}]``: ``n`` random 6-token prompts (BOS + 5 ids of the tiny vocabulary)
+    with the model's ``new`` greedy tokens after each, EOS ignored; what
+    :func:`common.teacher.teacher_pass` takes."""
+    van = get_decoder("vanilla", model)
+    van.eos = set()
+    out = []
+    for i in range(n):
+        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(seed0 + i)).tolist()
+        out.append({"ids": prompt + van.generate(torch.tensor([prompt]), new).tokens, "start": len(prompt)})
+    return out
+
+
 class WordTokenizer:
     """The least a trainer's ``--init-text`` needs of a tokenizer: text -> a few ids."""
 

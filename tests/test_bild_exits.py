@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from bild.calm import Calm
+from decoding_checks import teacher_corpus
 from bild.exits import (ExitHead, _main, exit_labels, exit_loss, exit_states, exit_weights, install, train_exits,
                         train_positions)
 from common.decoders import get_decoder
@@ -18,20 +19,10 @@ from common.training import Stopping, TrainConfig
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def corpus(model, n, seed0, new=12):
-    van = get_decoder("vanilla", model)
-    van.eos = set()
-    out = []
-    for i in range(n):
-        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(seed0 + i)).tolist()
-        out.append({"ids": prompt + van.generate(torch.tensor([prompt]), new).tokens, "start": len(prompt)})
-    return out
-
-
 @pytest.fixture(scope="module")
 def teacher(tiny):
-    return {"key": {"test": 1}, "train": teacher_pass(tiny, corpus(tiny, 6, 0), 8, 4),
-            "heldout": teacher_pass(tiny, corpus(tiny, 3, 50), 8, 4)}
+    return {"key": {"test": 1}, "train": teacher_pass(tiny, teacher_corpus(tiny, 6, 0, 12), 8, 4),
+            "heldout": teacher_pass(tiny, teacher_corpus(tiny, 3, 50, 12), 8, 4)}
 
 
 def fresh(model):

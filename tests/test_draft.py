@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from common.decoders import get_decoder
+from decoding_checks import teacher_corpus
 from common.draft import distill, evaluate, truncated_copy
 from common.errors import UserError
 from common.forward import embed, logits_from_hidden, run_layers
@@ -22,20 +23,10 @@ def test_truncated_copy_is_the_first_layers(tiny):
         truncated_copy(tiny, 4)
 
 
-def corpus(model, n, seed0):
-    van = get_decoder("vanilla", model)
-    van.eos = set()
-    out = []
-    for i in range(n):
-        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(seed0 + i)).tolist()
-        out.append({"ids": prompt + van.generate(torch.tensor([prompt]), 16).tokens, "start": len(prompt)})
-    return out
-
-
 def test_heldout_metrics_of_the_target_itself(chaotic_llama):
     """The target as its own draft: full agreement, zero divergence; a one-layer copy: neither
     (the chaotic model, whose greedy output depends on the context)."""
-    held = teacher_pass(chaotic_llama, corpus(chaotic_llama, 3, 50), 96, 2)  # top-k = the whole vocabulary
+    held = teacher_pass(chaotic_llama, teacher_corpus(chaotic_llama, 3, 50, 16), 96, 2)  # top-k = the whole vocabulary
     r = evaluate(chaotic_llama, held)
     assert r["heldout_top1"] == 1.0 and abs(r["heldout_kl"]) < 1e-3
     other = evaluate(truncated_copy(chaotic_llama, 1), held)
@@ -43,8 +34,8 @@ def test_heldout_metrics_of_the_target_itself(chaotic_llama):
 
 
 def test_distilled_draft_is_exact_in_speculative(tiny, tmp_path):
-    teacher = {"key": {"test": 1}, "train": teacher_pass(tiny, corpus(tiny, 6, 0), 8, 4),
-               "heldout": teacher_pass(tiny, corpus(tiny, 3, 50), 8, 4)}
+    teacher = {"key": {"test": 1}, "train": teacher_pass(tiny, teacher_corpus(tiny, 6, 0, 16), 8, 4),
+               "heldout": teacher_pass(tiny, teacher_corpus(tiny, 3, 50, 16), 8, 4)}
     for p in tiny.parameters():
         p.requires_grad_(False)
     stats = distill(tiny, teacher, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2),
@@ -65,8 +56,8 @@ def test_distilled_draft_is_exact_in_speculative(tiny, tmp_path):
 def test_hard_label_small_models_train_and_serve_bild(tiny, tmp_path, labels):
     """BiLD's small models from the same trainer: hard labels (the target's greedy tokens, or
     the text's), the loss falls, the model loads as bild's small model (exact at alpha_RB=0)."""
-    teacher = {"key": {"test": 2}, "train": teacher_pass(tiny, corpus(tiny, 6, 10), 8, 4),
-               "heldout": teacher_pass(tiny, corpus(tiny, 3, 60), 8, 4)}
+    teacher = {"key": {"test": 2}, "train": teacher_pass(tiny, teacher_corpus(tiny, 6, 10, 16), 8, 4),
+               "heldout": teacher_pass(tiny, teacher_corpus(tiny, 3, 60, 16), 8, 4)}
     stats = distill(tiny, teacher, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2),
                     stop=Stopping(eval_every=3, patience=5), labels=labels)
     assert stats["labels"] == labels and stats["final_loss"] < stats["first_loss"]

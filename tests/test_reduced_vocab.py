@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from common.decoders import get_decoder
+from decoding_checks import teacher_corpus
 from common.errors import UserError
 from common.fast import PackedLinear, accelerate
 from common.reduced_vocab import (SIDECAR, ReducedHead, _main, apply_sidecar, coverage, frequent_tokens, label_tokens,
@@ -120,18 +121,9 @@ def test_frequent_tokens_counts_ties_and_forced_ids():
         frequent_tokens(ids, 0, 10)
 
 
-def corpus(model, n, seed0):
-    van = get_decoder("vanilla", model)
-    van.eos = set()
-    out = []
-    for i in range(n):
-        prompt = [1] + torch.randint(3, 96, (5,), generator=torch.Generator().manual_seed(seed0 + i)).tolist()
-        out.append({"ids": prompt + van.generate(torch.tensor([prompt]), 12).tokens, "start": len(prompt)})
-    return out
-
-
 def test_cli_writes_a_reduced_checkpoint(tiny, tmp_path):
-    train, held = teacher_pass(tiny, corpus(tiny, 4, 0), 8, 4), teacher_pass(tiny, corpus(tiny, 2, 50), 8, 4)
+    train = teacher_pass(tiny, teacher_corpus(tiny, 4, 0, 12), 8, 4)
+    held = teacher_pass(tiny, teacher_corpus(tiny, 2, 50, 12), 8, 4)
     cache = tmp_path / "teacher.pt"
     torch.save({"key": {"test": 1}, "train": vars(train), "heldout": vars(held)}, cache)
     src = tmp_path / "small"
