@@ -181,11 +181,12 @@ if BILD.reduced_vocab is not None:
         log: f"{LOGS}/bild_reduce_vocab.log"
         threads: rule_threads("bild_reduce_vocab")
         resources: **rule_resources("bild_reduce_vocab")
-        params: env=ENV, py=PY, src=BILDR.reduced_source(), out=BILDR.reduced_dir(), labels=BILDR.reduced_labels(),
-                rv=BILD.reduced_vocab,
+        params: env=ENV, py=PY, labels=BILDR.reduced_labels(), rv=BILD.reduced_vocab,
         shell:
-            "{params.env} {params.py} -m common.reduced_vocab --model {params.src} --teacher {input.teacher}"
-            " --labels {params.labels} --keep {params.rv.keep} --out {params.out} --stats-out {output.stats} > {log} 2>&1"
+            # the checkpoint folders are the config files' folders
+            "{params.env} {params.py} -m common.reduced_vocab --model $(dirname {input.model}) --teacher {input.teacher}"
+            " --labels {params.labels} --keep {params.rv.keep} --out $(dirname {output.model})"
+            " --stats-out {output.stats} > {log} 2>&1"
 
     rule bild_reduced_sweep:
         input:
