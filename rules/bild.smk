@@ -183,9 +183,10 @@ if BILD.reduced_vocab is not None:
         resources: **rule_resources("bild_reduce_vocab")
         params: env=ENV, py=PY, labels=BILDR.reduced_labels(), rv=BILD.reduced_vocab,
         shell:
-            # the checkpoint folders are the config files' folders
-            "{params.env} {params.py} -m common.reduced_vocab --model $(dirname {input.model}) --teacher {input.teacher}"
-            " --labels {params.labels} --keep {params.rv.keep} --out $(dirname {output.model})"
+            # the checkpoint folders (those of the input's and output's config.json) written out,
+            # as bild_small's --out is: a path prefix in params is what --lint rejects
+            f"{{params.env}} {{params.py}} -m common.reduced_vocab --model {BILDR.reduced_source()}"
+            f" --teacher {{input.teacher}} --labels {{params.labels}} --keep {{params.rv.keep}} --out {BILDR.reduced_dir()}"
             " --stats-out {output.stats} > {log} 2>&1"
 
     rule bild_reduced_sweep:
