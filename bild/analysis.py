@@ -193,10 +193,8 @@ def quality_gap(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         ``gap = quality_a - quality_b``, by latency.
     """
     fa, fb = frontier(a), frontier(b)
-    on = {}
-    for name, f in (("a", fa), ("b", fb)):
-        for x in f.latency:
-            on[float(x)] = "both" if on.get(float(x), name) != name else name
+    xa, xb = set(map(float, fa.latency)), set(map(float, fb.latency))
+    on = {x: "both" if x in xa and x in xb else "a" if x in xa else "b" for x in xa | xb}
 
     def best(f, x):
         ok = f[f.latency <= x]

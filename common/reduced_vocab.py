@@ -111,9 +111,7 @@ def label_tokens(data, labels: str) -> torch.Tensor:
 
 def coverage(ids: torch.Tensor, keep: torch.Tensor) -> float:
     """Share of ``ids`` inside ``keep``."""
-    inside = torch.zeros(int(max(ids.max(), keep.max())) + 1, dtype=torch.bool)
-    inside[keep] = True
-    return float(inside[ids.long()].float().mean()) if ids.numel() else 0.0
+    return float(torch.isin(ids, keep).float().mean()) if ids.numel() else 0.0
 
 
 def _main(argv=None) -> None:
