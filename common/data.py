@@ -6,7 +6,13 @@ truncated ShareGPT V3 dump) and task sets mined from ShareGPT by the documented 
 :data:`MINED_SETS`. Any local ``*.jsonl`` file in MT-Bench format works too.
 
 Paper datasets (SQuAD, CNN/DM, XSum, WMT, IWSLT, GSM8K, Alpaca) come from the Hugging Face hub
-through ``datasets`` (the paper profile); :data:`PAPER_DATASETS` describes each as data.
+through ``datasets`` (the paper profile); :data:`PAPER_DATASETS` describes each as data. The same
+reader takes a local copy instead: with ``DECODING_REPRO_DATA=ROOT`` (or ``data_root=``) dataset
+``owner/name`` is read from ``ROOT/owner/name``, a folder as ``huggingface-cli download
+--repo-type dataset owner/name --local-dir ROOT/owner/name`` leaves it (CI reads the hand-written
+fixtures under ``tests/fixtures/datasets`` this way). Every row is checked against the fields
+the spec names, so a schema that differs from the dataset card's ends in one UserError naming
+the missing field.
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
+
+import yaml
 
 from .errors import UserError, check_range, unknown
 
@@ -294,11 +302,30 @@ PAPER_DATASETS: dict[str, HubSpec] = {
 }
 
 
+DATA_ROOT_ENV = "DECODING_REPRO_DATA"
+
+
+class _MissingField(Exception):
+    """A dotted field path that a row does not have (the part that failed)."""
+
+
 def _field(row: dict, dotted: str):
+    """``row``'s value at a dotted path (``translation.en``, ``answers.text.0``)."""
     value = row
     for part in dotted.split("."):
-        value = value[int(part)] if isinstance(value, (list, tuple)) else value[part]
+        try:
+            value = value[int(part)] if isinstance(value, (list, tuple)) else value[part]
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            raise _MissingField(part) from e
     return value
+
+
+def _fields_of(row, prefix: str = "") -> list[str]:
+    """Every dotted field path of a row (nested dicts expanded), for error messages."""
+    out = []
+    for k, v in row.items():
+        out.extend(_fields_of(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])
+    return out
 
 
 def is_offline() -> bool:
@@ -306,30 +333,117 @@ def is_offline() -> bool:
     return any(os.environ.get(v) == "1" for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def _load_hub(name: str, n: int | None, split: str | None, offline: bool | None) -> list[Sample]:
+def data_root(root: str | os.PathLike | None = None) -> Path | None:
+    """The folder of local dataset copies: ``root``, else ``$DECODING_REPRO_DATA``, else None (the hub)."""
+    root = root if root is not None else os.environ.get(DATA_ROOT_ENV) or None
+    return None if root is None else Path(root)
+
+
+BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}
+
+
+def _card_patterns(folder: Path, config: str | None, split: str) -> list[str] | None:
+    """The file patterns of ``split`` of ``config`` that a dataset card declares (its YAML
+    ``configs:``), or None when the card declares no configs."""
+    card = folder / "README.md"
+    text = card.read_text(encoding="utf-8", errors="replace") if card.is_file() else ""
+    if not text.startswith("---"):
+        return None
+    try:
+        meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{card}: its YAML header does not parse ({e.problem})") from e
+    configs = meta.get("configs") if isinstance(meta, dict) else None
+    if not configs:
+        return None
+    chosen = next((c for c in configs if c.get("config_name") == config), None) if config else \
+        next((c for c in configs if c.get("default")), configs[0])
+    if chosen is None:
+        raise UserError(f"{card} declares no config {config!r}; valid: "
+                        f"{', '.join(str(c.get('config_name')) for c in configs)}")
+    files = chosen.get("data_files")
+    if isinstance(files, (str, list)) and not (isinstance(files, list) and files and isinstance(files[0], dict)):
+        files = [{"split": "train", "path": files}]
+    for entry in files or []:
+        if entry.get("split") == split:
+            return [entry["path"]] if isinstance(entry["path"], str) else list(entry["path"])
+    return []
+
+
+def _local_files(name: str, spec: HubSpec, root: Path, split: str) -> list[Path]:
+    """The files of ``split`` in a local copy of ``spec``'s hub repository.
+
+    A card that declares its configs (``configs:`` in README.md's YAML) says which files form
+    a split, as on the hub; without one (the parquet export, ``<config>/<split>/NNNN.parquet``)
+    the split's folder or file name under the config's folder does."""
+    folder = root / spec.path
+    if not folder.is_dir():
+        raise UserError(f"dataset {name!r}: {folder} does not exist; copy it there with huggingface-cli download "
+                        f"--repo-type dataset {spec.path}"
+                        + (f" --revision {spec.revision}" if spec.revision else "")
+                        + f" --local-dir {folder}, or unset {DATA_ROOT_ENV} to read the hub")
+    patterns = _card_patterns(folder, spec.config, split)
+    if patterns is None:
+        base = folder / spec.config if spec.config and (folder / spec.config).is_dir() else folder
+        rel = base.relative_to(folder).as_posix()
+        rel = "" if rel == "." else rel + "/"
+        patterns = [f"{rel}{split}/*", f"{rel}**/{split}.*", f"{rel}**/{split}-*"]
+    files = sorted({f for pat in patterns for f in folder.glob(pat) if f.suffix in BUILDERS and f.is_file()})
+    if not files:
+        raise UserError(f"could not load dataset {name!r} ({folder}, split {split!r}): no data files match "
+                        f"{', '.join(patterns) or 'the card'}")
+    kinds = {BUILDERS[f.suffix] for f in files}
+    if len(kinds) > 1:
+        raise UserError(f"dataset {name!r} ({folder}, split {split!r}): files of several formats "
+                        f"({', '.join(sorted(kinds))}); valid: one format per split")
+    return files
+
+
+def _load_hub(name: str, n: int | None, split: str | None, offline: bool | None,
+              root: str | os.PathLike | None = None) -> list[Sample]:
+    """A paper dataset as samples, from the hub or from a local copy (:func:`data_root`).
+
+    Both read through ``datasets.load_dataset`` and the same row conversion; every row must
+    hold the spec's prompt, reference and id fields (UserError naming the first missing one).
+    """
     spec = PAPER_DATASETS[name]
+    local = data_root(root)
     offline = is_offline() if offline is None else offline
-    if offline:
-        raise UserError(f"dataset {name!r} needs the Hugging Face hub (paper profile); "
-                        f"offline datasets: {', '.join(EMBEDDED)}, or a .jsonl file")
+    if offline and local is None:
+        raise UserError(f"dataset {name!r} needs the Hugging Face hub (paper profile); offline datasets: "
+                        f"{', '.join(EMBEDDED)}, a .jsonl file, or a local copy of the hub's ({DATA_ROOT_ENV}=ROOT)")
     import datasets
 
     split = split or spec.split
-    kwargs = {"revision": spec.revision} if spec.revision else {}
+    if local is not None:
+        # Read the split's files with the builder of their format: the files (and their
+        # modification times) key datasets' cache, so an edited copy is never served stale.
+        files = _local_files(name, spec, local, split)
+        path, where = BUILDERS[files[0].suffix], f"local: {local / spec.path}"
+        kwargs = {"data_files": {split: [str(f) for f in files]}}
+    else:
+        path, kwargs = spec.path, {"name": spec.config, **({"revision": spec.revision} if spec.revision else {})}
+        where = f"hub: {spec.path}"
     try:
-        ds = datasets.load_dataset(spec.path, spec.config, split=split, **kwargs)
+        ds = datasets.load_dataset(path, split=split, **kwargs)
     except (OSError, ValueError) as e:  # no connection, not found, unknown split/config
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"could not load dataset {name!r} ({spec.path}, split {split!r}) "
-                        f"from the hub: {first}") from e
+        raise UserError(f"could not load dataset {name!r} ({path}, split {split!r}): {first}") from e
     if n is not None:
         ds = ds.select(range(min(n, len(ds))))
-    source = f"hub: {spec.path}" + (f"/{spec.config}" if spec.config else "") + f" [{split}]"
+    source = where + (f"/{spec.config}" if spec.config else "") + f" [{split}]"
     samples = []
     for i, row in enumerate(ds):
-        prompt = "\n\n".join(str(v) for v in (_field(row, f) for f in spec.prompt_fields) if v)
-        qid = str(row[spec.id_field]) if spec.id_field else f"{name}-{i}"
-        samples.append(Sample(qid, name, (prompt,), str(_field(row, spec.reference_field)), source))
+        values = {}
+        for f in (*spec.prompt_fields, spec.reference_field, *((spec.id_field,) if spec.id_field else ())):
+            try:
+                values[f] = _field(row, f)
+            except _MissingField as e:
+                raise UserError(f"dataset {name!r} ({source}), row {i}: no field {f!r} (missing {str(e)!r}); "
+                                f"the row has: {', '.join(_fields_of(row))}") from None
+        prompt = "\n\n".join(str(values[f]) for f in spec.prompt_fields if values[f])
+        qid = str(values[spec.id_field]) if spec.id_field else f"{name}-{i}"
+        samples.append(Sample(qid, name, (prompt,), str(values[spec.reference_field]), source))
     return samples
 
 
@@ -341,17 +455,18 @@ def list_datasets() -> dict[str, str]:
 
 
 def load_dataset_samples(name: str, n: int | None = None, split: str | None = None,
-                         offline: bool | None = None) -> list[Sample]:
+                         offline: bool | None = None, root: str | os.PathLike | None = None) -> list[Sample]:
     """Samples of a registry dataset or a local ``.jsonl`` file, in a fixed order; first ``n``.
 
     ``split`` overrides a hub dataset's default split (embedded sets have one fixed split).
     ``offline=None`` follows the environment (:func:`is_offline`); hub datasets raise
-    UserError when offline.
+    UserError when offline unless a local copy is named. ``root`` (default
+    ``$DECODING_REPRO_DATA``): the folder of local copies of the hub datasets (:func:`data_root`).
     """
     if n is not None:
         check_range("n", n, 1)
     if name in PAPER_DATASETS:
-        return _load_hub(name, n, split, offline)
+        return _load_hub(name, n, split, offline, root)
     if split is not None:
         raise UserError(f"split={split!r} applies to hub datasets only; {name!r} has one fixed split")
     if name.endswith(".jsonl"):
