@@ -1,0 +1,280 @@
+"""Decoder ``eagle`` (Li et al., 2024): a one-layer draft head that extrapolates the target's
+features, verified on the shared tree loop; EAGLE-1's static tree and EAGLE-2's dynamic tree.
+
+The draft head (:class:`EagleHead`) reads, at position ``j``, the target's final feature
+``h_j`` (after the final norm: the LM head's input) and the embedding of token ``x_{j+1}``:
+``fc([emb(x_{j+1}); h_j])`` (2d -> d) goes through one decoder layer of the target's own
+architecture (its input norm dropped, as in EAGLE) and predicts ``h_{j+1}``; tokens are read
+through the target's frozen LM head. The head keeps its own small KV cache of the committed
+sequence; drafting appends tree nodes to it and is cropped back after each step.
+
+Each step, the proposer first catches up on the features the last target forward produced
+(the prompt after the prefill, the accepted path after a step: ``ProposerState.hidden``) paired
+with the tokens that follow them, then expands a tree below the root, one draft forward per
+depth over that depth's nodes (each attends to the committed sequence and its own ancestors):
+
+* ``mode=static`` (EAGLE-1): a fixed tree of top-k ranks (``tree``: a stored size or a tree
+  JSON file), the node at path ``(r_1, .., r_d)`` taking the ``r_d``-th token of its parent's
+  draft distribution.
+* ``mode=dynamic`` (EAGLE-2): at each of ``depth`` steps, the ``topk`` frontier nodes with the
+  highest path probability (the product of draft probabilities along the path) are expanded
+  by their ``topk`` children; all candidates are then reranked by path probability and the
+  best ``total`` kept (ancestors always rank above their descendants, so the kept set is a
+  tree).
+
+Verification is the target's, so the output is exactly greedy's whatever the head proposes
+(the lossless test runs it with a random head).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from ..cache import crop_to
+from ..checkpoints import fingerprint, load_trained, save_trained
+from ..errors import UserError
+from ..forward import _backbone, attention_mask_4d, causal_allow, embed
+from ..tree import build_tree, load_tree, save_tree
+from .base import Option
+from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, tree_option
+
+CHECKPOINT = "head.pt"
+
+
+class EagleHead(nn.Module):
+    """EAGLE's draft head for a LLaMA-style target: ``fc`` (2d -> d) and one decoder layer.
+
+    The target's embedding and LM head are not parameters of the head (they stay frozen and
+    shared); the caller passes the embedded tokens and reads tokens through the target's head.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        cfg = copy.deepcopy(model.config)
+        cfg.num_hidden_layers = 1
+        cfg.layer_types = None if not hasattr(cfg, "layer_types") else ["full_attention"]
+        self.config = cfg
+        hidden = cfg.hidden_size
+        backbone = _backbone(model)
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.layer = type(backbone.layers[0])(cfg, 0)
+        # EAGLE drops the first layer's input norm: fc's output is already a feature mixture
+        self.layer.input_layernorm = nn.Identity()
+        self.rotary = type(backbone.rotary_emb)(config=cfg)
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
+    def forward(self, feats: torch.Tensor, embeds: torch.Tensor, position_ids: torch.Tensor,
+                cache=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Predicted next features.
+
+        Args:
+            feats: ``[B, q, H]`` target features ``h_j`` (or the head's own predictions).
+            embeds: ``[B, q, H]`` embeddings of the tokens ``x_{j+1}`` that follow them.
+            position_ids: ``[B, q]`` positions ``j``.
+            cache: the head's KV cache (appended to), or None (training on whole sequences).
+            mask: ``[B|1, 1, q, past + q]`` additive mask; None = causal over ``q`` (no cache).
+        Returns:
+            ``[B, q, H]`` predicted features ``h_{j+1}`` (read through the target's LM head).
+        """
+        x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
+        if mask is None:
+            q = x.shape[1]
+            past = cache.get_seq_length() if cache is not None else 0
+            mask = attention_mask_4d(causal_allow(q, x.device), past, x.dtype)
+        pe = self.rotary(x, position_ids=position_ids)
+        return self.layer(x, attention_mask=mask, position_embeddings=pe, position_ids=position_ids,
+                          past_key_values=cache, use_cache=cache is not None)
+
+
+def head_meta(model) -> dict:
+    """What a head is tied to: the base model (a head for another model is refused)."""
+    return {**fingerprint(model), "kind": "eagle"}
+
+
+def new_head(model) -> EagleHead:
+    """A fresh head on the model's device and dtype (built there, whatever the default device)."""
+    with torch.device(model.device):
+        return EagleHead(model).to(dtype=model.dtype)
+
+
+class EagleProposer(Proposer):
+    """EAGLE's drafting: catch up on the committed features, then expand a static or dynamic tree."""
+
+    needs_hidden = True
+
+    def __init__(self, head: EagleHead, model, mode: str, tree=None, depth: int = 5, topk: int = 8,
+                 total: int = 48):
+        self.head, self.model, self.mode = head, model, mode
+        self.tree, self.depth, self.topk, self.total = tree, depth, topk, total
+        self.cache = head.new_cache()
+        self.length = 0  # committed pairs (h_j, x_{j+1}) in the head's cache
+        self.draft_forwards, self.draft_s = 0, 0.0
+        self.device = model.device
+
+    # one draft forward over q nodes; ``past_allow``: [q, past] which cached slots each sees
+    def _draft(self, feats, tokens, positions, past_allow=None, allow=None):
+        t0 = time.perf_counter()
+        q = tokens.numel()
+        past = self.cache.get_seq_length()
+        mask = attention_mask_4d(causal_allow(q, self.device) if allow is None else allow, past,
+                                 feats.dtype, past_allow)
+        out = self.head(feats[None], embed(self.model, tokens[None]), positions[None], self.cache, mask)[0]
+        self.draft_forwards += 1
+        self.draft_s += time.perf_counter() - t0
+        return out  # [q, H]
+
+    def _logp(self, feats: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.model.lm_head(feats).float(), dim=-1)  # [q, V]
+
+    def propose(self, state: ProposerState) -> Proposal:
+        hid = state.hidden[0]  # [k, H]: features of the last k committed positions
+        k = hid.shape[0]
+        follow = state.ids[0, -k:]  # the tokens after them (the last one is the root)
+        crop_to(self.cache, self.length)
+        pos = torch.arange(self.length, self.length + k, device=self.device)
+        out = self._draft(hid, follow, pos)
+        self.length += k
+        root_feat = out[-1:]  # [1, H]: the root position's predicted feature
+        max_depth = max(1, state.remaining - 1)
+        if self.mode == "static":
+            return self._static(root_feat, max_depth)
+        return self._dynamic(root_feat, max_depth)
+
+    def _expand(self, frontier: list[tuple], feats: torch.Tensor, slots: dict, anc: dict, base: int):
+        """Feed ``frontier`` nodes (path, token) whose parents' features are ``feats`` [q, H];
+        returns their output features [q, H] and records their cache slots."""
+        q = len(frontier)
+        past = self.cache.get_seq_length()
+        past_allow = torch.zeros(q, past, dtype=torch.bool, device=self.device)
+        past_allow[:, :self.length] = True
+        for i, (path, _) in enumerate(frontier):
+            for a in anc[path[:-1]]:
+                past_allow[i, slots[a]] = True
+        tokens = torch.tensor([t for _, t in frontier], dtype=torch.long, device=self.device)
+        positions = torch.tensor([base + len(p) for p, _ in frontier], device=self.device)
+        out = self._draft(feats, tokens, positions, past_allow, torch.eye(q, dtype=torch.bool, device=self.device))
+        for i, (path, _) in enumerate(frontier):
+            slots[path] = past + i
+            anc[path] = anc[path[:-1]] + [path]
+        return out
+
+    def _static(self, root_feat: torch.Tensor, max_depth: int) -> Proposal:
+        tree = self.tree
+        paths = [p for p in tree.paths if len(p) <= max_depth]
+        by_depth: dict[int, list] = {}
+        for p in paths:
+            by_depth.setdefault(len(p), []).append(p)
+        has_children = {p[:-1] for p in paths}
+        width = {}
+        for p in paths:
+            width[p[:-1]] = max(width.get(p[:-1], 0), p[-1] + 1)
+        token = {}
+        feat = {(): root_feat[0]}
+        slots, anc = {}, {(): []}
+        base = self.length - 1  # the root's position: children at base + depth
+        for d in range(1, max(by_depth) + 1):
+            parents = sorted({p[:-1] for p in by_depth[d]})
+            logp = self._logp(torch.stack([feat[u] for u in parents]))
+            tops = logp.topk(max(width[u] for u in parents), dim=-1).indices.tolist()
+            for u, top in zip(parents, tops):
+                for r in range(width[u]):
+                    token[u + (r,)] = top[r]
+            grow = [p for p in by_depth[d] if p in has_children]
+            if grow:
+                out = self._expand([(p, token[p]) for p in grow], torch.stack([feat[p[:-1]] for p in grow]),
+                                   slots, anc, base)
+                for p, f in zip(grow, out):
+                    feat[p] = f
+        buffers = tree if len(paths) == len(tree.paths) else build_tree(paths).to(self.device)
+        tokens = torch.tensor([token[p] for p in buffers.paths], dtype=torch.long, device=self.device)
+        return Proposal(buffers, tokens)
+
+    def _dynamic(self, root_feat: torch.Tensor, max_depth: int) -> Proposal:
+        k = self.topk
+        logp = self._logp(root_feat)[0]
+        val, idx = logp.topk(k)
+        # candidates: path -> (score, token); the frontier is expanded next
+        cand = {(r,): (float(val[r]), int(idx[r])) for r in range(k)}
+        frontier = [(r,) for r in range(k)]
+        feat = {(): root_feat[0]}
+        slots, anc = {}, {(): []}
+        base = self.length - 1
+        for _ in range(1, min(self.depth, max_depth)):
+            out = self._expand([(p, cand[p][1]) for p in frontier], torch.stack([feat[p[:-1]] for p in frontier]),
+                               slots, anc, base)
+            for p, f in zip(frontier, out):
+                feat[p] = f
+            lp = self._logp(out)  # [k, V]
+            v, i = lp.topk(k, dim=-1)
+            scores = torch.tensor([cand[p][0] for p in frontier], device=v.device)[:, None] + v  # [k, k]
+            for a, p in enumerate(frontier):
+                for r in range(k):
+                    cand[p + (r,)] = (float(scores[a, r]), int(i[a, r]))
+            best = scores.flatten().topk(k).indices.tolist()
+            frontier = [frontier[b // k] + (b % k,) for b in best]
+        # rerank: a child's score never exceeds its parent's, and ties go to the shallower node,
+        # so the first ``total`` candidates always include each kept node's parent
+        order = sorted(cand, key=lambda p: (-cand[p][0], len(p), p))[: self.total - 1]
+        buffers = build_tree(order).to(self.device)
+        tokens = torch.tensor([cand[p][1] for p in buffers.paths], dtype=torch.long, device=self.device)
+        return Proposal(buffers, tokens)
+
+    def stats(self) -> dict:
+        return {"draft_forwards": self.draft_forwards, "draft_forward_s": self.draft_s}
+
+
+class Eagle(TreeDecoder):
+    """Decoder ``eagle``: ``head`` (a folder written by ``python -m common.eagle``), ``mode``
+    static (``tree``: a stored size or a tree JSON file) or dynamic (``depth``, ``topk``,
+    ``total`` nodes, root included)."""
+
+    name = "eagle"
+    default_sampling = "typical"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {**super().options(), "head": Option(None, (str, Path)),
+                "mode": Option("dynamic", (str,), choices=("static", "dynamic")),
+                "tree": tree_option(16), "depth": Option(5, (int,), lo=1, hi=32),
+                "topk": Option(8, (int,), lo=1, hi=64), "total": Option(48, (int,), lo=2, hi=512)}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        """A random (untrained) head: exactness must not depend on what it proposes."""
+        folder = Path(workdir) / "eagle"
+        torch.manual_seed(0)
+        with torch.device("cpu"):  # drawn on the CPU: the same head on every device
+            head = EagleHead(model)
+        save_trained(head, folder / CHECKPOINT, head_meta(model))
+        save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)])
+        return [{"head": str(folder), "mode": "static", "tree": str(folder / "tree.json")},
+                {"head": str(folder), "mode": "dynamic", "depth": 4, "topk": 3, "total": 9},
+                {"head": str(folder), "mode": "dynamic", "depth": 1, "topk": 2, "total": 2}]
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        folder, state = self.trained_component("head", CHECKPOINT, "python -m common.eagle",
+                                               lambda meta: head_meta(model))
+        self.head = new_head(model)
+        load_trained(self.head, state)
+        self.head.requires_grad_(False)
+        self.tree = None
+        if self.cfg["mode"] == "static":
+            t = self.cfg["tree"]
+            path = folder / f"tree_{t}.json" if isinstance(t, int) else Path(t)
+            if isinstance(t, int) and not path.is_file():
+                stored = sorted(p.stem.split("_")[1] for p in folder.glob("tree_*.json"))
+                raise UserError(f"tree={t}: {folder} has no stored tree of that size; valid: "
+                                f"{', '.join(stored) or 'none stored'}, or a tree JSON file")
+            self.tree = load_tree(path).to(self.device)
+
+    def make_proposer(self, input_ids):
+        c = self.cfg
+        return EagleProposer(self.head, self.model, c["mode"], self.tree, c["depth"], c["topk"], c["total"])

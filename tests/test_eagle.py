@@ -1,0 +1,91 @@
+"""EAGLE's draft head and decoder (common.decoders.eagle) on tiny random LLaMAs: the head's
+cached drafting equals its uncached forward, both tree modes decode exactly vanilla's tokens,
+dynamic trees keep the best paths, and bad heads/trees are one error."""
+import pytest
+import torch
+
+from common.checkpoints import save_trained
+from common.decoders import get_decoder
+from common.decoders.eagle import CHECKPOINT, Eagle, EagleHead, EagleProposer, head_meta
+from common.decoders.tree_loop import ProposerState
+from common.errors import UserError
+from common.forward import embed
+from common.models import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(seed=1, scale=10.0)
+
+
+@pytest.fixture(scope="module")
+def head_dir(model, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("eagle")
+    torch.manual_seed(0)
+    head = EagleHead(model)
+    with torch.no_grad():
+        for p in head.parameters():  # a head whose proposals vary with the context
+            p.add_(torch.randn(p.shape) * 0.3)
+    save_trained(head, folder / CHECKPOINT, head_meta(model))
+    return folder
+
+
+def test_cached_chunks_equal_one_forward(model):
+    torch.manual_seed(0)
+    head = EagleHead(model).eval()
+    feats, toks = torch.randn(1, 9, 64), torch.randint(3, 96, (1, 9))
+    pos = torch.arange(9)[None]
+    with torch.no_grad():
+        whole = head(feats, embed(model, toks), pos)
+        cache = head.new_cache()
+        a = head(feats[:, :5], embed(model, toks[:, :5]), pos[:, :5], cache)
+        b = head(feats[:, 5:], embed(model, toks[:, 5:]), pos[:, 5:], cache)
+    torch.testing.assert_close(torch.cat([a, b], 1), whole, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("opts", [{"mode": "dynamic", "depth": 4, "topk": 3, "total": 10},
+                                  {"mode": "dynamic", "depth": 6, "topk": 2, "total": 6},
+                                  {"mode": "static"}])
+def test_decodes_exactly_vanilla(model, head_dir, opts, tmp_path):
+    from common.tree import save_tree
+    if opts["mode"] == "static":
+        save_tree(tmp_path / "t.json", [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
+        opts = {**opts, "tree": str(tmp_path / "t.json")}
+    dec = Eagle(model, head=str(head_dir), **opts)
+    van = get_decoder("vanilla", model)
+    van.eos = dec.eos = set()
+    for prompt in ([1, 5, 9, 33, 7], [1, 80, 81], [1, 4]):
+        ids = torch.tensor([prompt])
+        out, ref = dec.generate(ids, 40), van.generate(ids, 40)
+        assert out.tokens == ref.tokens
+        assert out.stats["steps"] < 41 and out.stats["draft_forwards"] > 0
+
+
+def test_dynamic_tree_keeps_the_most_probable_paths(model, head_dir):
+    dec = Eagle(model, head=str(head_dir), mode="dynamic", depth=3, topk=3, total=7)
+    prop = dec.make_proposer(None)
+    assert isinstance(prop, EagleProposer)
+    with torch.inference_mode():
+        logits, hidden = dec.target.start(torch.tensor([[1, 5, 9, 33]]), want_hidden=True)
+        state = ProposerState(torch.tensor([[1, 5, 9, 33]]), [int(logits.argmax())], hidden, 20, 0.0, None)
+        p = prop.propose(state)
+    assert p.tree.size == 7 and p.tokens.numel() == 6
+    # every kept node's parent is kept (build_tree would refuse otherwise) and depth-1 nodes are
+    # the head's top tokens at the root, in rank order
+    ids = state.ids[0, -4:]  # the prompt's features paired with the tokens after them
+    with torch.no_grad():
+        root = prop._logp(prop.head(hidden, embed(model, ids[None]), torch.arange(4)[None])[0, -1:])
+    depth1 = [t for path, t in zip(p.tree.paths, p.tokens.tolist()) if len(path) == 1]
+    assert depth1 == root[0].topk(len(depth1)).indices.tolist()
+
+
+def test_bad_head_and_tree(model, head_dir, tmp_path):
+    other = tiny_llama(seed=1, hidden=32, heads=4, kv_heads=2)
+    with pytest.raises(UserError, match="trained for"):
+        Eagle(other, head=str(head_dir))
+    with pytest.raises(UserError, match="needs head="):
+        Eagle(model)
+    with pytest.raises(UserError, match="no stored tree of that size"):
+        Eagle(model, head=str(head_dir), mode="static", tree=16)
+    with pytest.raises(UserError, match="mode"):
+        Eagle(model, head=str(head_dir), mode="beam")
