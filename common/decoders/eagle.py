@@ -260,8 +260,9 @@ class Eagle(TreeDecoder):
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
+        # the stored meta also says what the head was trained on; only the base model must match
         folder, state = self.trained_component("head", CHECKPOINT, "python -m common.eagle",
-                                               lambda meta: head_meta(model))
+                                               lambda meta: {**meta, **head_meta(model)})
         self.head = new_head(model)
         load_trained(self.head, state)
         self.head.requires_grad_(False)

@@ -1,0 +1,262 @@
+"""Training EAGLE's draft head (:class:`common.decoders.eagle.EagleHead`) on the corpus.
+
+Data: the sharded self-distillation corpus (:mod:`common.corpus`) and one teacher-forced pass
+of the frozen target over it (:func:`build_features`): the final features ``h_j`` (after the
+final norm) at every position, written beside the corpus's shards under the cache folder,
+one ``.npy`` per shard (float16 for training shards, float32 for the held-out one), resumable
+by shard and tied to each shard's SHA-256.
+
+Loss (EAGLE): at every answer position, the head reads ``(h_j, x_{j+1})`` and predicts
+``h_{j+1}``; smooth-L1 between the prediction and ``h_{j+1}`` plus ``w_cls`` (0.1) times the
+cross-entropy between the target's next-token distribution ``softmax(lm_head(h_{j+1}))`` and
+the head's ``log_softmax(lm_head(prediction))``. The input features get uniform noise
+``U(-noise, noise)`` (EAGLE's augmentation; its amplitude there is 0.1 at 512-token
+sequences). The target's embedding and LM head stay frozen.
+
+Held-out metrics (the corpus's held-out shard, the same prompts for every component):
+``heldout_top1`` = the share of answer positions where the head, given the true features up to
+``h_j`` and the token ``x_{j+1}``, puts the target's greedy token ``x_{j+2}`` first (what its
+first draft token gets right, comparable with Medusa's head 1), ``heldout_top5`` and the loss.
+
+CLI: ``python -m common.eagle --model M --corpus DIR --out DIR [--tokens N] ...``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from . import corpus as corpus_mod
+from .decoders.eagle import CHECKPOINT, EagleHead, head_meta
+from .errors import UserError, check_range
+
+FEATURES_DIR = "eagle_features"
+
+
+# -- the teacher-forced pass ------------------------------------------------------------------
+def sequence_features(model, shard: corpus_mod.Shard, batch_tokens: int = 4096) -> np.ndarray:
+    """``[T, H]`` final features of every position of every sequence of ``shard`` (fp32).
+
+    Sequences are batched by length (right-padded: with a causal mask no real position sees
+    a pad), about ``batch_tokens`` padded positions a batch.
+    """
+    lengths = np.diff(shard.offsets)
+    order = np.argsort(lengths, kind="stable")
+    backbone = model.model
+    out = np.zeros((len(shard.tokens), model.config.hidden_size), dtype=np.float32)
+    i = 0
+    while i < len(order):
+        width = int(lengths[order[i]])
+        j = i
+        while j < len(order) and (j - i + 1) * int(lengths[order[j]]) <= max(batch_tokens, width):
+            j += 1
+        idx = order[i:max(j, i + 1)]
+        width = int(lengths[idx].max())
+        ids = torch.zeros(len(idx), width, dtype=torch.long)
+        for r, s in enumerate(idx):
+            seq = shard.tokens[shard.offsets[s]:shard.offsets[s + 1]]
+            ids[r, :len(seq)] = torch.from_numpy(seq.astype(np.int64))
+        with torch.inference_mode():
+            h = backbone(input_ids=ids.to(model.device)).last_hidden_state.float().cpu().numpy()
+        for r, s in enumerate(idx):
+            n = int(lengths[s])
+            out[shard.offsets[s]:shard.offsets[s] + n] = h[r, :n]
+        i = max(j, i + 1)
+    return out
+
+
+def build_features(model, corpus_dir: Path, out_dir: Path, tokens: int | None = None) -> dict:
+    """Features of the held-out shard and of the training shards up to ``tokens`` answer
+    tokens; a shard whose file exists for the same corpus shard hash is not redone.
+    Returns ``{"heldout": path, "shards": [(corpus file, features path)], "wall_s"}``."""
+    corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
+    manifest = corpus_mod.open_corpus(corpus_dir, model=model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    todo = [(manifest["heldout"], np.float32)]
+    seen = 0
+    for s in manifest["shards"]:
+        if tokens is not None and seen >= tokens:
+            break
+        todo.append((s, np.float16))
+        seen += s["answer_tokens"]
+    done, wall = [], 0.0
+    for s, dtype in tqdm(todo, desc="eagle features", unit="shard"):
+        path = out_dir / (Path(s["file"]).stem + f".{s['sha256'][:12]}.npy")
+        if not path.is_file():
+            t = time.perf_counter()
+            feats = sequence_features(model, corpus_mod.read_shard(corpus_dir / s["file"], s["sha256"]))
+
+            def write(tmp, feats=feats, dtype=dtype):
+                with open(tmp, "wb") as f:
+                    np.save(f, feats.astype(dtype))
+            corpus_mod._atomic(path, write)
+            wall += time.perf_counter() - t
+        done.append((s["file"], path))
+    return {"heldout": done[0][1], "shards": done[1:], "wall_s": wall}
+
+
+# -- training data ----------------------------------------------------------------------------
+@dataclass
+class SeqData:
+    """Sequences of some shards with their features (memory-mapped; one shard's worth read at a time)."""
+    shards: list[corpus_mod.Shard]
+    feats: list[np.ndarray]
+
+    def examples(self) -> list[tuple[int, int]]:
+        return [(k, i) for k, s in enumerate(self.shards) for i in range(len(s))]
+
+    def batch(self, items, max_len: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``([B, T, H] features, [B, T] ids, [B, T-1] bool loss mask)`` for ``items``, each
+        sequence cut to its last ``max_len`` positions; the mask marks the predictions ``j``
+        (of ``h_{j+1}``, hence of ``x_{j+2}``) that fall in the answer."""
+        rows = []
+        for k, i in items:
+            s = self.shards[k]
+            a, b = int(s.offsets[i]), int(s.offsets[i + 1])
+            lo = a + max(0, (b - a) - max_len)  # too long: keep the end (the answer), drop the prompt's start
+            rows.append((s.tokens[lo:b], self.feats[k][lo:b], int(s.starts[i]) - (lo - a)))
+        width = max(len(r[0]) for r in rows)
+        hidden = self.feats[0].shape[1]
+        f = torch.zeros(len(rows), width, hidden)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), max(width - 1, 1), dtype=torch.bool)
+        for r, (tok, ft, start) in enumerate(rows):
+            n = len(tok)
+            f[r, :n] = torch.from_numpy(np.array(ft, dtype=np.float32))  # a copy: memory-mapped rows are read-only
+            ids[r, :n] = torch.from_numpy(tok.astype(np.int64))
+            # position j predicts h_{j+1}, whose LM head gives x_{j+2}: count j where x_{j+2}
+            # is an answer token (j >= start - 2), up to the last prediction (j = n - 2)
+            mask[r, max(start - 2, 0):n - 1] = True
+        return f.to(device), ids.to(device), mask[:, :width - 1].to(device)
+
+
+def load_data(corpus_dir: Path, feats: dict) -> tuple[SeqData, SeqData]:
+    m = corpus_mod.open_corpus(corpus_dir)
+    sha = {s["file"]: s["sha256"] for s in m["shards"]}
+    train = SeqData([corpus_mod.read_shard(Path(corpus_dir) / f, sha[f]) for f, _ in feats["shards"]],
+                    [np.load(p, mmap_mode="r") for _, p in feats["shards"]])
+    held = SeqData([corpus_mod.heldout(corpus_dir)], [np.load(feats["heldout"], mmap_mode="r")])
+    return train, held
+
+
+def head_step(head: EagleHead, model, f: torch.Tensor, ids: torch.Tensor, noise: float = 0.0) -> torch.Tensor:
+    """``[B, T-1, H]`` predictions of ``h_{j+1}`` from ``(h_j, x_{j+1})`` over whole sequences."""
+    inp = f[:, :-1]
+    if noise:
+        inp = inp + (torch.rand_like(inp) * 2 - 1) * noise
+    pos = torch.arange(inp.shape[1], device=f.device)[None].expand(inp.shape[0], -1)
+    return head(inp, model.get_input_embeddings()(ids[:, 1:]), pos)
+
+
+def eagle_loss(head, model, f, ids, mask, w_cls: float = 0.1, noise: float = 0.0) -> tuple[torch.Tensor, dict]:
+    pred = head_step(head, model, f, ids, noise)[mask]  # [N, H]
+    tgt = f[:, 1:][mask]
+    reg = F.smooth_l1_loss(pred, tgt)
+    with torch.no_grad():
+        p = torch.softmax(model.lm_head(tgt).float(), dim=-1)
+    logq = torch.log_softmax(model.lm_head(pred).float(), dim=-1)
+    cls = -(p * logq).sum(-1).mean()
+    return reg + w_cls * cls, {"reg": reg, "cls": cls, "logq": logq, "p": p}
+
+
+def evaluate(head, model, held: SeqData, max_len: int, batch_size: int = 8, w_cls: float = 0.1) -> dict:
+    items = held.examples()
+    hits1 = hits5 = n = 0
+    loss = 0.0
+    for b in range(0, len(items), batch_size):
+        f, ids, mask = held.batch(items[b:b + batch_size], max_len, model.device)
+        if not mask.any():
+            continue
+        l, parts = eagle_loss(head, model, f, ids, mask, w_cls)
+        greedy = parts["p"].argmax(-1)
+        top = parts["logq"].topk(5, dim=-1).indices
+        hits1 += int((top[:, 0] == greedy).sum())
+        hits5 += int((top == greedy[:, None]).any(-1).sum())
+        cnt = int(mask.sum())
+        loss += float(l) * cnt
+        n += cnt
+    return {"heldout_top1": hits1 / max(n, 1), "heldout_top5": hits5 / max(n, 1), "heldout_loss": loss / max(n, 1),
+            "heldout_positions": n}
+
+
+def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | None = None,
+               max_len: int = 384, w_cls: float = 0.1, noise: float = 0.1, features_dir: Path | None = None) -> dict:
+    """Train a head on the corpus (``tokens`` training answer tokens, all by default);
+    writes ``out_dir/head.pt``, ``curve.jsonl`` and returns the stats."""
+    from .records import write_json
+    from .training import train
+
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    feats = build_features(model, corpus_dir, features_dir or out_dir / FEATURES_DIR, tokens)
+    feat_s = time.perf_counter() - t0
+    train_data, held = load_data(corpus_dir, feats)
+    examples = train_data.examples()
+    model.requires_grad_(False)
+    torch.manual_seed(cfg.seed)
+    with torch.device(model.device):
+        head = EagleHead(model).to(model.dtype)
+
+    def loss_fn(module, batch):
+        f, ids, mask = train_data.batch(batch, max_len, model.device)
+        return eagle_loss(module, model, f, ids, mask, w_cls, noise)[0]
+
+    answer_tokens = sum(s.answer_tokens for s in train_data.shards)
+    meta = {**head_meta(model), "corpus": corpus_mod.open_corpus(corpus_dir)["recipe"]["model_id"],
+            "answer_tokens": answer_tokens, "max_len": max_len, "w_cls": w_cls, "noise": noise}
+    log = train(head, examples, loss_fn, cfg, out_dir / CHECKPOINT, out_dir / "train_log.jsonl", meta,
+                desc="eagle head",
+                evaluate=lambda m: evaluate(m, model, held, max_len, w_cls=w_cls), stop=stop,
+                curve_path=out_dir / "curve.jsonl")
+    from .checkpoints import read_trained
+    state = read_trained(out_dir / CHECKPOINT)
+    stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
+             "train_wall_s": round(state.get("wall_s", 0.0), 1), "features_wall_s": round(feat_s, 1),
+             "stopped": state.get("stopped"), "final": state["curve"][-1] if state.get("curve") else None,
+             "params": sum(p.numel() for p in head.parameters())}
+    write_json(out_dir / "stats.json", stats)
+    return stats
+
+
+def _main(argv=None) -> None:
+    import argparse
+
+    from .models import load_model
+    from .train_cli import add_train_args, train_setup
+
+    ap = argparse.ArgumentParser(description="train EAGLE's draft head on the sharded corpus")
+    add_train_args(ap, lr=3e-4, batch_size=4, eval_every=200)
+    ap.add_argument("--corpus", type=Path, required=True, help="corpus directory (python -m common.corpus)")
+    ap.add_argument("--tokens", type=int, default=None, help="training answer tokens to use (default: all)")
+    ap.add_argument("--max-len", type=int, default=384)
+    ap.add_argument("--w-cls", type=float, default=0.1)
+    ap.add_argument("--noise", type=float, default=0.1)
+    ap.add_argument("--features", type=Path, default=None, help="where the teacher features go (default: OUT/"
+                    f"{FEATURES_DIR})")
+    a = ap.parse_args(argv)
+    check_range("--max-len", a.max_len, 3)
+    if a.tokens is not None:
+        check_range("--tokens", a.tokens, 1)
+    cfg, stop = train_setup(a, warmup_frac=0.02)
+    model, tok = load_model(a.model, device=a.device)
+    corpus_mod.open_corpus(a.corpus, model=model, tokenizer=tok)
+    stats = train_head(model, a.corpus, a.out, cfg, stop, a.tokens, a.max_len, a.w_cls, a.noise, a.features)
+    if a.stats_out:
+        from .records import write_json
+        write_json(a.stats_out, stats)
+    if a.curve_out:
+        import shutil
+        Path(a.curve_out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(a.out) / "curve.jsonl", a.curve_out)
+    print(json.dumps({k: v for k, v in stats.items() if k != "corpus"}))
+
+
+if __name__ == "__main__":
+    from .errors import cli_main
+    cli_main(_main)
