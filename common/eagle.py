@@ -185,6 +185,72 @@ def evaluate(head, model, held: SeqData, max_len: int, batch_size: int = 8, w_cl
             "heldout_positions": n}
 
 
+TREE_SIZES = (8, 16, 32, 63)
+
+
+def depth_accuracy(head: EagleHead, model, held: SeqData, depth: int = 6, topk: int = 8, every: int = 4) -> list[list[float]]:
+    """``acc[d][r]``: how often the rank-``r`` draft token at depth ``d + 1`` is the target's
+    greedy token, given correct ancestors (what :func:`common.tree_search.best_tree` takes).
+
+    Chains start at every ``every``-th answer position ``j`` of each held-out sequence: depth 1
+    reads the head's output over the true features up to ``h_j``; depth ``d`` feeds the head its
+    own previous prediction with the greedy token, attending to the true pairs up to ``j`` and
+    to its own chain, as drafting does.
+    """
+    from .forward import attention_mask_4d, embed
+
+    hits = torch.zeros(depth, topk)
+    counts = torch.zeros(depth)
+    dev = model.device
+    for k, i in held.examples():
+        f, ids, _ = held.batch([(k, i)], 10 ** 9, dev)
+        n, start = ids.shape[1], int(held.shards[k].starts[i])
+        greedy = model.lm_head(f[0]).argmax(-1)  # [n]: greedy[i] is the target's token at i + 1
+        cache = head.new_cache()
+        pos = torch.arange(n - 1, device=dev)
+        out = head(f[:, :-1], embed(model, ids[:, 1:]), pos[None], cache)[0]  # [n-1, H]: out[j] ~ h_{j+1}
+        starts = torch.arange(max(start - 2, 0), n - 1, every, device=dev)
+        feat, past_slots = out[starts], []
+        for d in range(1, depth + 1):
+            label_at = starts + d  # depth d's token is greedy[j + d]
+            ok = label_at <= n - 1
+            if not ok.any():
+                break
+            logits = model.lm_head(feat)
+            top = logits.topk(topk, dim=-1).indices  # [q, topk]
+            lab = greedy[label_at.clamp(max=n - 1)]
+            hits[d - 1] += ((top == lab[:, None]) & ok[:, None]).float().sum(0)
+            counts[d - 1] += ok.sum()
+            if d == depth:
+                break
+            # the next depth: (this prediction, the greedy token) at position j + d
+            q, past = starts.numel(), cache.get_seq_length()
+            allow_past = torch.zeros(q, past, dtype=torch.bool, device=dev)
+            for r, j in enumerate(starts.tolist()):
+                allow_past[r, :j + 1] = True
+                for slot in past_slots:
+                    allow_past[r, slot + r] = True
+            mask = attention_mask_4d(torch.eye(q, dtype=torch.bool, device=dev), past, feat.dtype, allow_past)
+            tok = greedy[(starts + d - 1).clamp(max=n - 1)]
+            feat = head(feat[None], embed(model, tok[None]), (starts + d - 1)[None], cache, mask)[0]
+            past_slots.append(past)
+    return (hits / counts.clamp(min=1)[:, None]).tolist()
+
+
+def save_trees(out_dir: Path, acc: list[list[float]]) -> dict:
+    """The best static tree of each size in :data:`TREE_SIZES` for these accuracies
+    (``tree_{n}.json`` beside the head); returns their expected accepted lengths."""
+    from .tree import save_tree
+    from .tree_search import best_tree, expected_accept_length
+
+    out = {}
+    for n in TREE_SIZES:
+        paths = best_tree(acc, n)
+        out[n] = expected_accept_length(paths, acc)
+        save_tree(Path(out_dir) / f"tree_{n}.json", paths, expected_accept_length=out[n], acc=acc)
+    return out
+
+
 def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | None = None,
                max_len: int = 384, w_cls: float = 0.1, noise: float = 0.1, features_dir: Path | None = None) -> dict:
     """Train a head on the corpus (``tokens`` training answer tokens, all by default);
@@ -216,10 +282,15 @@ def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | 
                 curve_path=out_dir / "curve.jsonl")
     from .checkpoints import read_trained
     state = read_trained(out_dir / CHECKPOINT)
+    head.eval()
+    with torch.inference_mode():
+        acc = depth_accuracy(head, model, held)
+    trees = save_trees(out_dir, acc)
     stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
              "train_wall_s": round(state.get("wall_s", 0.0), 1), "features_wall_s": round(feat_s, 1),
              "stopped": state.get("stopped"), "final": state["curve"][-1] if state.get("curve") else None,
-             "params": sum(p.numel() for p in head.parameters())}
+             "params": sum(p.numel() for p in head.parameters()), "depth_acc_top1": [a[0] for a in acc],
+             "tree_expected_accept_length": trees}
     write_json(out_dir / "stats.json", stats)
     return stats
 
