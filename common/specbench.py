@@ -1,0 +1,131 @@
+"""Export benchmark records in Spec-Bench's answer format, so its own scripts read our outputs.
+
+Spec-Bench (Xia et al., 2024) keeps one JSONL per method and model; its ``evaluation/speed.py``
+reads, per line, ``category`` and ``choices[0]``'s ``new_tokens`` and ``wall_time`` (lists, one
+entry per turn), ``accept_lengths`` (one entry per decoding step) and, for the baseline file,
+``turns`` (the answer texts, re-tokenized to count tokens); ``equal.py`` compares ``turns``
+between a method and the baseline. Categories: MT-Bench's eight (``writing`` .. ``humanities``,
+its "mt_bench" task) and ``translation``, ``summarization``, ``qa``, ``math_reasoning``,
+``rag``; our offline stand-ins map onto those names (:data:`CATEGORY`), and categories Spec-Bench
+lacks (e.g. HumanEval's ``code``) keep their own name.
+
+Caveat for ``speed.py``'s baseline: it counts a baseline answer's tokens as
+``len(tokenizer(text).input_ids) - 1``, assuming the tokenizer adds a BOS. The embedded
+model's tokenizer adds none, so its baseline count comes out one token short per answer;
+``new_tokens`` (which it uses for the method's own file) is exact.
+
+CLI: ``python -m common.specbench RECORDS.jsonl [...] --out DIR [--tokenizer MODEL]``: one file
+per (decoder, model) named ``{model}-{decoder}-{dtype}-temp-{t}.jsonl``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .errors import UserError
+from .records import read_jsonl, write_jsonl
+
+# our datasets -> Spec-Bench's task names (a dataset not listed keeps each sample's category)
+CATEGORY = {
+    "sharegpt-translate": "translation",
+    "sharegpt-summarize": "summarization",
+    "sharegpt-math": "math_reasoning",
+    "sharegpt-qa": "qa",
+    "sharegpt-rag": "rag",
+    "humaneval": "code",
+}
+REQUIRED = ("question_id", "decoder", "tokens", "new_tokens", "wall_time", "accept_lengths")
+
+
+def categories(dataset: str) -> dict[str, str]:
+    """``question_id -> category`` of a dataset's samples, in Spec-Bench's names."""
+    from .data import load_dataset_samples
+
+    if dataset in CATEGORY:
+        return {s.question_id: CATEGORY[dataset] for s in load_dataset_samples(dataset)}
+    return {s.question_id: s.category for s in load_dataset_samples(dataset)}
+
+
+def to_specbench(rec: dict, category: str, text: str) -> dict:
+    """One of our records (one turn) as a Spec-Bench answer line."""
+    missing = [k for k in REQUIRED if k not in rec]
+    if missing:
+        raise UserError(f"record of question {rec.get('question_id')!r} lacks {', '.join(missing)}; "
+                        f"valid: benchmark records (common.bench) with {', '.join(REQUIRED)}")
+    steps = rec.get("steps", len(rec["accept_lengths"]))
+    return {"question_id": rec["question_id"], "category": category,
+            "answer_id": f"{rec['decoder']}-{rec['question_id']}", "model_id": rec.get("model", ""),
+            "choices": [{"index": 0, "turns": [text], "new_tokens": [int(rec["new_tokens"])],
+                         "wall_time": [float(rec["wall_time"])], "accept_lengths": list(rec["accept_lengths"]),
+                         "decoding_steps": [int(steps)]}],
+            "tstamp": rec.get("tstamp", 0.0)}
+
+
+def file_name(rec: dict) -> str:
+    safe = lambda s: re.sub(r"[^A-Za-z0-9_.@=+-]", "_", str(s))  # noqa: E731
+    return (f"{safe(rec.get('model', 'model'))}-{safe(rec['decoder'])}-{safe(rec.get('dtype', 'float32'))}"
+            f"-temp-{float(rec.get('temperature', 0.0))}.jsonl")
+
+
+def export(records: list[dict], out_dir: Path, decode, category_of) -> dict[str, int]:
+    """Write Spec-Bench files for ``records``; ``decode(tokens) -> text``,
+    ``category_of(record) -> category``. Returns ``{file name: lines}``."""
+    groups: dict[str, list[dict]] = {}
+    for rec in records:
+        missing = [k for k in REQUIRED if k not in rec]
+        if missing:
+            raise UserError(f"record of question {rec.get('question_id')!r} lacks {', '.join(missing)}; "
+                            f"valid: benchmark records (common.bench) with {', '.join(REQUIRED)}")
+        groups.setdefault(file_name(rec), []).append(
+            to_specbench(rec, category_of(rec), decode(rec["tokens"])))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, lines in groups.items():
+        write_jsonl(out_dir / name, lines)
+    return {k: len(v) for k, v in groups.items()}
+
+
+def _tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    from .models import resolve
+    return AutoTokenizer.from_pretrained(resolve(name))
+
+
+def _main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="export benchmark records in Spec-Bench's answer format")
+    ap.add_argument("records", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokenizer", default=None, help="model whose tokenizer decodes the answers (default: "
+                    "each record's model)")
+    a = ap.parse_args(argv)
+    records = []
+    for p in a.records:
+        if not p.is_file():
+            raise UserError(f"records file {p} does not exist")
+        records += [{**r, "_tok": a.tokenizer or r.get("model")} for r in read_jsonl(p)]
+    if not records:
+        raise UserError("no records in " + ", ".join(map(str, a.records)))
+    toks = {name: _tokenizer(name) for name in {r["_tok"] for r in records}}
+    cats: dict[str, dict] = {}
+
+    def category_of(rec):
+        ds = rec.get("dataset", "")
+        if ds not in cats:
+            cats[ds] = categories(ds)
+        return cats[ds].get(str(rec["question_id"]), "unknown")
+
+    # one tokenizer per model: decode inside each record's own group
+    written = {}
+    for name, tok in toks.items():
+        written.update(export([r for r in records if r["_tok"] == name], a.out,
+                              lambda t, tok=tok: tok.decode(t, skip_special_tokens=True), category_of))
+    print(json.dumps(written))
+
+
+if __name__ == "__main__":
+    from .errors import cli_main
+    cli_main(_main)

@@ -1,0 +1,66 @@
+"""The Spec-Bench export (common.specbench): the fields Spec-Bench's evaluation scripts read,
+its category names, one file per decoder, and one error for a record that is not a benchmark's."""
+import json
+
+import pytest
+
+from common import specbench
+from common.errors import UserError
+from common.records import write_jsonl
+
+
+def rec(decoder, qid, new, wall, accept, **kw):
+    return {"question_id": qid, "decoder": decoder, "tokens": list(range(new)), "new_tokens": new,
+            "wall_time": wall, "accept_lengths": accept, "steps": len(accept), "model": "smollm2-135m-instruct",
+            "dataset": "mt-bench", "dtype": "float32", **kw}
+
+
+def test_export_has_what_speed_and_equal_read(tmp_path):
+    recs = [rec("vanilla", "81", 4, 2.0, [1, 1, 1, 1]), rec("vanilla", "82", 2, 1.0, [1, 1]),
+            rec("eagle@dynamic", "81", 4, 1.0, [1, 3]), rec("eagle@dynamic", "82", 2, 0.5, [1, 1])]
+    cats = {"81": "writing", "82": "roleplay"}
+    out = specbench.export(recs, tmp_path, lambda t: " ".join(map(str, t)), lambda r: cats[r["question_id"]])
+    assert out == {"smollm2-135m-instruct-vanilla-float32-temp-0.0.jsonl": 2,
+                   "smollm2-135m-instruct-eagle@dynamic-float32-temp-0.0.jsonl": 2}
+    lines = [json.loads(l) for l in (tmp_path / "smollm2-135m-instruct-eagle@dynamic-float32-temp-0.0.jsonl")
+             .read_text().splitlines()]
+    first = lines[0]
+    assert first["category"] == "writing" and first["question_id"] == "81"
+    c = first["choices"][0]
+    assert c["turns"] == ["0 1 2 3"] and c["new_tokens"] == [4] and c["wall_time"] == [1.0]
+    assert c["accept_lengths"] == [1, 3] and c["decoding_steps"] == [2]
+    # what speed.py computes from these fields: mean over questions of tokens / time
+    speeds = [sum(l["choices"][0]["new_tokens"]) / sum(l["choices"][0]["wall_time"]) for l in lines]
+    assert speeds == [4.0, 4.0]
+
+
+def test_categories_use_specbench_names():
+    cats = specbench.categories("mt-bench")
+    assert set(cats.values()) == {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                                  "humanities"}
+    assert set(specbench.categories("sharegpt-translate").values()) == {"translation"}
+
+
+def test_bad_records_are_one_error(tmp_path, capsys):
+    with pytest.raises(UserError, match="lacks new_tokens, wall_time"):
+        specbench.export([{"question_id": "1", "decoder": "x", "tokens": [], "accept_lengths": []}], tmp_path,
+                         str, lambda r: "writing")
+    from common.errors import cli_main
+    with pytest.raises(SystemExit) as e:
+        cli_main(lambda: specbench._main([str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]))
+    assert e.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_cli_on_committed_records(tmp_path):
+    from pathlib import Path
+    src = Path("results/cross/raw/bench_baselines.jsonl")
+    recs = [json.loads(l) for l in src.read_text().splitlines()[:3]]
+    write_jsonl(tmp_path / "r.jsonl", recs)
+    specbench._main([str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "out")])
+    files = list((tmp_path / "out").glob("*.jsonl"))
+    assert files
+    line = json.loads(files[0].read_text().splitlines()[0])
+    assert line["category"] in {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                                "humanities"}
+    assert isinstance(line["choices"][0]["turns"][0], str) and line["choices"][0]["turns"][0]
