@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from . import corpus as corpus_mod
-from .decoders.eagle import CHECKPOINT, EagleHead, head_meta
+from .decoders.eagle import CHECKPOINT, EagleHead, head_meta, write_draft_vocab
 from .errors import UserError, check_range
 
 FEATURES_DIR = "eagle_features"
@@ -286,6 +286,15 @@ def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | 
     with torch.inference_mode():
         acc = depth_accuracy(head, model, held)
     trees = save_trees(out_dir, acc)
+    # the draft vocabulary (the ``vocab`` option): answer tokens by frequency in the training shards
+    counts = np.zeros(model.config.vocab_size, dtype=np.int64)
+    for sh in train_data.shards:
+        for i in range(len(sh)):
+            a = sh.tokens[sh.offsets[i] + sh.starts[i]:sh.offsets[i + 1]]
+            counts += np.bincount(a, minlength=len(counts))[:len(counts)]
+    order = np.argsort(-counts, kind="stable")
+    order = order[counts[order] > 0]
+    write_draft_vocab(out_dir, torch.from_numpy(order), counts[order])
     stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
              "train_wall_s": round(state.get("wall_s", 0.0), 1), "features_wall_s": round(feat_s, 1),
              "stopped": state.get("stopped"), "final": state["curve"][-1] if state.get("curve") else None,

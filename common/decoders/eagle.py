@@ -44,6 +44,7 @@ from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, tree_option
 
 CHECKPOINT = "head.pt"
+DRAFT_VOCAB = "draft_vocab.json"  # token ids by training frequency (the ``vocab`` option's source)
 
 
 class EagleHead(nn.Module):
@@ -110,8 +111,9 @@ class EagleProposer(Proposer):
     needs_hidden = True
 
     def __init__(self, head: EagleHead, model, mode: str, tree=None, depth: int = 5, topk: int = 8,
-                 total: int = 48):
+                 total: int = 48, readout=None):
         self.head, self.model, self.mode = head, model, mode
+        self.readout = readout if readout is not None else model.lm_head
         self.tree, self.depth, self.topk, self.total = tree, depth, topk, total
         self.cache = head.new_cache()
         self.length = 0  # committed pairs (h_j, x_{j+1}) in the head's cache
@@ -131,7 +133,7 @@ class EagleProposer(Proposer):
         return out  # [q, H]
 
     def _logp(self, feats: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.model.lm_head(feats).float(), dim=-1)  # [q, V]
+        return torch.log_softmax(self.readout(feats).float(), dim=-1)  # [q, V]
 
     def propose(self, state: ProposerState) -> Proposal:
         hid = state.hidden[0]  # [k, H]: features of the last k committed positions
@@ -243,7 +245,11 @@ class Eagle(TreeDecoder):
         return {**super().options(), "head": Option(None, (str, Path)),
                 "mode": Option("dynamic", (str,), choices=("static", "dynamic")),
                 "tree": tree_option(16), "depth": Option(5, (int,), lo=1, hi=32),
-                "topk": Option(8, (int,), lo=1, hi=64), "total": Option(48, (int,), lo=2, hi=512)}
+                "topk": Option(8, (int,), lo=1, hi=64), "total": Option(48, (int,), lo=2, hi=512),
+                # draft tokens only from the head's ``vocab`` most frequent training tokens
+                # (FR-Spec / EAGLE-3's draft vocabulary; beyond EAGLE-1/2): the readout over the
+                # full vocabulary is most of a drafting step's cost on a small model
+                "vocab": Option(None, (int,), lo=1)}
 
     @classmethod
     def test_configs(cls, model, workdir):
@@ -254,7 +260,9 @@ class Eagle(TreeDecoder):
             head = EagleHead(model)
         save_trained(head, folder / CHECKPOINT, head_meta(model))
         save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)])
+        write_draft_vocab(folder, torch.randperm(model.config.vocab_size, generator=torch.Generator().manual_seed(0)))
         return [{"head": str(folder), "mode": "static", "tree": str(folder / "tree.json")},
+                {"head": str(folder), "mode": "dynamic", "depth": 3, "topk": 2, "total": 6, "vocab": 20},
                 {"head": str(folder), "mode": "dynamic", "depth": 4, "topk": 3, "total": 9},
                 {"head": str(folder), "mode": "dynamic", "depth": 1, "topk": 2, "total": 2}]
 
@@ -276,6 +284,41 @@ class Eagle(TreeDecoder):
                                 f"{', '.join(stored) or 'none stored'}, or a tree JSON file")
             self.tree = load_tree(path).to(self.device)
 
+        self.readout = None
+        if self.cfg["vocab"] is not None:
+            self.readout = reduced_readout(self.model, folder, self.cfg["vocab"])
+
     def make_proposer(self, input_ids):
         c = self.cfg
-        return EagleProposer(self.head, self.model, c["mode"], self.tree, c["depth"], c["topk"], c["total"])
+        return EagleProposer(self.head, self.model, c["mode"], self.tree, c["depth"], c["topk"], c["total"],
+                             self.readout)
+
+
+def write_draft_vocab(folder: Path, order: torch.Tensor, counts=None) -> None:
+    """Store token ids in draft-vocabulary order (most frequent first) beside a head."""
+    import json
+    data = {"order": [int(t) for t in order]}
+    if counts is not None:
+        data["counts"] = [int(c) for c in counts]
+    (Path(folder) / DRAFT_VOCAB).write_text(json.dumps(data))
+
+
+def reduced_readout(model, folder: Path, k: int):
+    """The target's LM head restricted to the ``k`` first ids of the head's draft vocabulary
+    (:class:`common.reduced_head.ReducedHead`: full-vocabulary logits, the rest at the minimum)."""
+    import json
+
+    from ..reduced_head import ReducedHead
+    path = Path(folder) / DRAFT_VOCAB
+    if not path.is_file():
+        raise UserError(f"vocab={k} needs {path} (written when the head is trained); valid: vocab=null "
+                        "for the full vocabulary")
+    order = json.loads(path.read_text())["order"]
+    if k > len(order):
+        raise UserError(f"vocab={k} exceeds the {len(order)} tokens of {path}; valid: 1..{len(order)}")
+    keep = torch.tensor(sorted(order[:k]), dtype=torch.long, device=model.device)
+    head = ReducedHead(model.lm_head, keep)
+    if getattr(model, "_fast_path", None) and model.device.type == "cpu":
+        from ..fast import pack_linears
+        pack_linears(head)
+    return head.eval()
