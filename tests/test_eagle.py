@@ -166,10 +166,10 @@ def test_depth_one_accuracy_is_the_held_out_top1(model, tmp_path):
     assert sum(acc[0][:4]) <= ev["heldout_top5"] + 1e-6
 
 
-def test_reduced_readout_drafts_only_kept_tokens(model, head_dir):
+def test_reduced_readout_drafts_only_kept_tokens(model, tmp_path):
     from common.decoders.eagle import reduced_readout, write_draft_vocab
-    write_draft_vocab(head_dir, torch.arange(95, -1, -1))  # most frequent first: 95, 94, ...
-    readout = reduced_readout(model, head_dir, 7)
+    write_draft_vocab(tmp_path, torch.arange(95, -1, -1))  # most frequent first: 95, 94, ...
+    readout = reduced_readout(model, tmp_path, 7)
     logits = readout(torch.randn(5, 64))
     assert set(logits.topk(7, dim=-1).indices.flatten().tolist()) <= set(range(89, 96))
     full = model.lm_head(torch.randn(1, 64))
