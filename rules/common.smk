@@ -90,9 +90,11 @@ def group_decoders(wildcards):
 # (what the rule waits for) and folder (what the decoder is given), under .cache/components/<profile>/.
 COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json",
                    "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt",
-                   "{bild_small_aligned}": "bild_small_aligned/model/config.json"}
+                   "{bild_small_aligned}": "bild_small_aligned/model/config.json",
+                   "{rest_datastore}": "rest_datastore/datastore.json"}
 COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
-                  "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model"}
+                  "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model",
+                  "{rest_datastore}": "rest_datastore"}
 
 
 def components_of(options):
@@ -108,6 +110,17 @@ def with_components(options):
     for key, folder in COMPONENT_DIRS.items():
         text = text.replace(key, f".cache/components/{P.name}/{folder}")
     return text
+
+
+def datastore_folder(wildcards, output):
+    """REST's datastore folder (rule rest_datastore), read back from its meta file's path."""
+    return str(Path(output.meta).parent)
+
+
+def datastore_flags(wildcards):
+    """--n when the profile's components.rest_datastore caps the conversations (null: all)."""
+    n = P.raw["components"].get("rest_datastore", {}).get("conversations")
+    return "" if n is None else f"--n {n}"
 
 
 def group_inputs(wildcards):

@@ -36,3 +36,21 @@ rule cost_curve:
         "{params.env} {params.py} -m common.cost --model {params.p.model} --q {params.q}"
         " --context {params.c[context]} --rounds {params.c[rounds]} --paths {params.paths} --device {params.p.device}"
         " --dtype {params.p.dtype} --threads {params.p.threads} --profile {params.p.name} --out {output} > {log} 2>&1"
+
+
+# REST's datastore (common.datastore): the profile model's tokenizer over ShareGPT's assistant
+# replies, a suffix array, built once; its size and build time land in the stats record.
+rule rest_datastore:
+    input: model_files()
+    output:
+        meta=f".cache/components/{P.name}/rest_datastore/datastore.json",
+        stats=f"{ROOT}/cross/raw/rest_datastore_stats.json",
+    conda: "../env.yml"
+    log: f"{LOGS}/rest_datastore.log"
+    benchmark: f"{BENCH}/rest_datastore.tsv"
+    threads: rule_threads("rest_datastore")
+    resources: **rule_resources("rest_datastore")
+    params: env=ENV, py=PY, m=P.model, out=datastore_folder, n=datastore_flags
+    shell:
+        "{params.env} {params.py} -m common.datastore --model {params.m} --out {params.out} {params.n}"
+        " --stats {output.stats} > {log} 2>&1"

@@ -77,7 +77,7 @@ def _with(cfg_edit):
      "no group of profile 'smoke' runs 'hf_assisted@x'"),
     (lambda c: c["profiles"]["smoke"]["cross"]["groups"].update(x=["vanilla", "speculative@fast"]),
      "label 'speculative@fast' has no decoder_config entry"),
-    (lambda c: c["profiles"]["smoke"]["cross"]["groups"].update(x=["vanilla", "lookahead"]), "unknown decoder 'lookahead'"),
+    (lambda c: c["profiles"]["smoke"]["cross"]["groups"].update(x=["vanilla", "jacobi"]), "unknown decoder 'jacobi'"),
 ])
 def test_decoder_labels_checked(edit, msg):
     with pytest.raises(UserError, match=re.escape(msg)) as e:
