@@ -5,8 +5,8 @@ the README says: its module in a new package, its entry point in ``pyproject.tom
 "reinstall" that publishes the entry point, a variant's options in ``config.yaml``'s
 ``decoder_config`` and a ``cross.groups`` group that runs it. Then Snakemake plans and runs the
 group's benchmark and the cost curve on a tiny random LLaMA and renders ``cross.table`` from
-them. The plan is also tried before the entry point exists, where it must stop with one
-``error:`` line: the step cannot be skipped.
+them. Before the entry point exists the plan must stop with one ``error:`` line, and before
+the reinstall the benchmark must stop on the unknown decoder: neither step can be skipped.
 
 Cost: one tiny-model benchmark (2 prompts x 16 tokens), the cost curve on the tiny model and one
 notebook render; about a minute on 2 cores.
@@ -113,8 +113,8 @@ def add_profile(repo: Path, model: Path) -> None:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-def snakemake(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--nolock", *args, "cross_table",
+def snakemake(repo: Path, env: dict, *args: str, target: str = "cross_table") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--nolock", *args, target,
                            "--config", "profile=recipe", "rerun=true"],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=900)
 
@@ -139,6 +139,11 @@ def test_new_method_reaches_cross_table(tmp_path, embedded):
     assert r.returncode == 2 and len(errors) == 1 and "unknown decoder 'tiny_greedy'" in errors[0], r.stderr[-2000:]
 
     add_entry_point(repo, 'tiny_greedy = "tinymethod.decoding:TinyGreedy"')
+    # With the entry point but before the reinstall the plan passes and the benchmark stops: the
+    # registry reads the installed distribution's entry points, which do not list it yet.
+    r = snakemake(repo, env, "-j1", target="recipe_results/cross/raw/bench_tiny.jsonl")
+    log = repo / ".cache" / "logs" / "recipe" / "bench_cross_tiny.log"
+    assert r.returncode != 0 and "unknown decoder 'tiny_greedy'" in log.read_text(), r.stderr[-2000:]
     reinstall(repo, site)
     r = snakemake(repo, env, "-j2")
     assert r.returncode == 0, textwrap.shorten(r.stdout[-3000:] + r.stderr[-3000:], 6000)
