@@ -91,10 +91,13 @@ def group_decoders(wildcards):
 COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json",
                    "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt",
                    "{bild_small_aligned}": "bild_small_aligned/model/config.json",
-                   "{rest_datastore}": "rest_datastore/datastore.json"}
+                   "{rest_datastore}": "rest_datastore/datastore.json",
+                   "{medusa_released}": "medusa_released/heads.pt",
+                   "{prompt_tokens_released}": "prompt_tokens_released/prompts.pt"}
 COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
                   "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model",
-                  "{rest_datastore}": "rest_datastore"}
+                  "{rest_datastore}": "rest_datastore", "{medusa_released}": "medusa_released",
+                  "{prompt_tokens_released}": "prompt_tokens_released"}
 
 
 def components_of(options):

@@ -99,3 +99,50 @@ rule seq_corpus:
         "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
         " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
         " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+# The authors' released components (the profile's `released`: a folder or hub id each), converted
+# into this repository's folders by common.released, so decoders run them beside the ones trained
+# above (placeholders {medusa_released}, {prompt_tokens_released}). Medusa's trees are built for
+# the released heads' accuracies on the teacher cache's held-out answers, as after training.
+RELEASED = P.raw.get("released") or {}
+for _kind, _key in (("medusa", "{medusa_released}"), ("prompt_tokens", "{prompt_tokens_released}")):
+    if not RELEASED.get(_kind) and any(_key in json.dumps(group_config(P, g)) for g in P.cross.groups):
+        print(f"error: profile {P.name!r}: a cross group runs {_key} but released.{_kind} names no source; "
+              f"valid: released: {{{_kind}: <the authors' folder or hub id>}}", file=sys.stderr)
+        sys.exit(2)
+
+def parent_of_prompts(wildcards, output):
+    """The converted prompt tokens' folder, read from its checkpoint file."""
+    return str(Path(output.prompts).parent)
+
+
+if RELEASED.get("medusa"):
+    rule released_medusa:
+        input: model_files(), teacher=f"{COMP}/teacher.pt"
+        output:
+            heads=f"{COMP}/medusa_released/heads.pt",
+            trees=[f"{COMP}/medusa_released/tree_{n}.json" for n in TREE_SIZES],
+        conda: "../env.yml"
+        log: f"{LOGS}/released_medusa.log"
+        benchmark: f"{BENCH}/released_medusa.tsv"
+        threads: rule_threads("released_medusa")
+        resources: **rule_resources("released_medusa")
+        params: env=ENV, py=PY, m=P.model, src=RELEASED["medusa"], out=parent_of_heads, dt=P.dtype, dev=P.device
+        shell:
+            "{params.env} {params.py} -m common.released medusa --src {params.src} --model {params.m}"
+            " --teacher {input.teacher} --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
+
+if RELEASED.get("prompt_tokens"):
+    rule released_prompt_tokens:
+        input: model_files()
+        output: prompts=f"{COMP}/prompt_tokens_released/prompts.pt"
+        conda: "../env.yml"
+        log: f"{LOGS}/released_prompt_tokens.log"
+        benchmark: f"{BENCH}/released_prompt_tokens.tsv"
+        threads: rule_threads("released_prompt_tokens")
+        resources: **rule_resources("released_prompt_tokens")
+        params: env=ENV, py=PY, m=P.model, src=RELEASED["prompt_tokens"], dt=P.dtype, dev=P.device, out=parent_of_prompts
+        shell:
+            "{params.env} {params.py} -m common.released prompt_tokens --src {params.src} --model {params.m}"
+            " --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
