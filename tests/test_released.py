@@ -246,3 +246,41 @@ def test_bild_finetuned_t5_checkpoint_loads_through_the_profile_loader(t5_pair, 
     for small_opt in (small_loaded, str(folders["small"])):  # the profile passes the small model by name
         bild = get_decoder("bild", loaded, small=small_opt, rollback_threshold=0.0)
         assert bild.generate(ids, 12).tokens == ref
+
+
+def test_benchmark_cli_on_a_dataset_fixture_with_released_heads(chaotic_llama, tmp_path):
+    """What the paper profile's pd_bench / firp_bench rules run (python -m common.bench
+    --dataset gsm8k), on the GSM8K fixture (DECODING_REPRO_DATA) and a saved tiny model, with
+    released Medusa heads converted beside vanilla: every record's tokens equal vanilla's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    model_dir = tmp_path / "tiny"
+    chaotic_llama.save_pretrained(model_dir)
+    words = [f"w{i}" for i in range(chaotic_llama.config.vocab_size)]
+    words[:3] = ["<unk>", "<s>", "</s>"]
+    raw = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(model_dir)
+    src = write_medusa(tmp_path / "authors", chaotic_llama, authors_medusa(chaotic_llama, 3),
+                       base_model_name_or_path="lab/tiny")
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HOME": str(tmp_path),
+           "OMP_NUM_THREADS": "1", "DECODING_REPRO_DATA": str(REPO / "tests" / "fixtures" / "datasets")}
+    r = subprocess.run([sys.executable, "-m", "common.released", "medusa", "--src", str(src), "--model",
+                        str(model_dir), "--out", str(tmp_path / "heads")], cwd=REPO, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "bench.jsonl"
+    dcfg = json.dumps({"medusa": {"heads": str(tmp_path / "heads"), "tree": 16}})
+    r = subprocess.run([sys.executable, "-m", "common.bench", "--model", str(model_dir), "--decoders", "vanilla,medusa",
+                        "--dataset", "gsm8k", "--n", "2", "--max-new-tokens", "12", "--decoder-config", dcfg,
+                        "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    by = {}
+    for rec in recs:
+        by.setdefault(rec["question_id"], {})[rec["decoder"]] = rec
+    assert sorted(by) == ["gsm8k-0", "gsm8k-1"] and all(set(v) == {"vanilla", "medusa"} for v in by.values())
+    for v in by.values():
+        assert v["medusa"]["tokens"] == v["vanilla"]["tokens"] and len(v["vanilla"]["tokens"]) > 0
