@@ -58,4 +58,4 @@ include: "rules/artifacts.smk"
 
 
 rule all:
-    input: all_targets()
+    input: all_targets(), rules.summary.output  # the summary (rules/artifacts.smk) rebuilt from the tables

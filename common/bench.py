@@ -27,7 +27,7 @@ from .hardware import PeakMemory, code_version, describe
 from .models import load_model
 from .prompts import TEMPLATES, TRUNCATE, fit_prompt
 from .records import JsonlWriter, ResumeLog
-from .report import summarize
+from .report import AA_LABEL, summarize
 
 STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
 
@@ -61,6 +61,9 @@ def parse_args(argv=None):
     ap.add_argument("--resume", action="store_true",
                     help="keep a per-prompt log of completed prompts (under the cache) and continue an "
                          "interrupted run with the same settings from it; records keep their own code_version")
+    ap.add_argument("--aa", action="store_true",
+                    help="the A/A pair: run vanilla a second time per prompt, last (label vanilla@aa), so the "
+                         "tables can state the noise floor of every speedup (a group may list vanilla@aa instead)")
     ap.add_argument("--profile", default="adhoc", help="recorded in every record")
     ap.add_argument("--out", type=Path, required=True)
     return ap.parse_args(argv)
@@ -135,6 +138,12 @@ def validate(args) -> tuple[dict[str, str], dict[str, dict]]:
     check_device(args.device)
     check_out_path(args.out)
     names = parse_decoders(args.decoders)
+    if getattr(args, "aa", False) and AA_LABEL not in names:
+        if "vanilla" not in names:
+            raise UserError(f"--aa pairs vanilla with itself, but --decoders {args.decoders!r} has no vanilla; "
+                            f"valid: add vanilla to --decoders")
+        # last in the per-prompt order: the pair brackets every other decoder of the prompt
+        names[AA_LABEL] = "vanilla"
     return names, parse_decoder_config(args.decoder_config, list(names))
 
 

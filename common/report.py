@@ -13,6 +13,16 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+# How a missing cell prints in a markdown table (never "nan").
+MISSING = "—"
+
+# The A/A pair: ``vanilla`` run a second time under this label, interleaved per prompt in the
+# same benchmark (python -m common.bench --aa). Two runs of one decoder differ only by the
+# machine's noise, so their tokens/s ratio is the group's noise floor for every speedup.
+AA_LABEL = "vanilla@aa"
+NO_AA = "no A/A pair in this run"
+BOOTSTRAP = 1000  # resamples of the prompts; seeded, so a re-render gives the same interval
+
 # What summarize reads from every record.
 BENCH_FIELDS = {"question_id", "decoder", "tokens", "new_tokens", "steps", "wall_time", "peak_mem_bytes"}
 
@@ -39,7 +49,66 @@ def summarize(records: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
     out = pd.DataFrame(rows)
     if base is not None:
         out["speedup"] = out.tokens_per_s / out.loc[out.decoder == baseline, "tokens_per_s"].iloc[0]
+        ci = {d: speedup_interval(records, d, baseline) for d in out.decoder}
+        out["speedup_lo"] = out.decoder.map(lambda d: ci[d][0])
+        out["speedup_hi"] = out.decoder.map(lambda d: ci[d][1])
     return out
+
+
+def speedup_interval(records: list[dict], decoder: str, baseline: str = "vanilla",
+                     level: float = 0.95, n_boot: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """A ``level`` bootstrap interval of ``decoder``'s speedup over ``baseline``, resampling
+    prompts (the same draw for both, so a prompt's length weighs on both alike); NaN bounds
+    when they share no prompt. The speedup is the ratio of totals, as in :func:`summarize`."""
+    df = pd.DataFrame(records)
+    a = df[df.decoder == decoder].set_index("question_id")
+    b = df[df.decoder == baseline].set_index("question_id")
+    common = [q for q in a.index if q in b.index]
+    if not common:
+        return float("nan"), float("nan")
+    a, b = a.loc[common], b.loc[common]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(common), size=(n_boot, len(common)))   # [n_boot, prompts]
+
+    def rate(g):
+        return g.new_tokens.to_numpy(float)[idx].sum(1) / g.wall_time.to_numpy(float)[idx].sum(1)
+    ratio = rate(a) / rate(b)
+    lo, hi = np.quantile(ratio, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def aa_spread(records: list[dict], baseline: str = "vanilla") -> float | None:
+    """The group's A/A spread: ``|tokens/s(vanilla@aa) / tokens/s(vanilla) - 1|`` over the
+    prompts both ran; None when the run has no A/A pair."""
+    df = pd.DataFrame(records)
+    if df.empty or AA_LABEL not in set(df.decoder) or baseline not in set(df.decoder):
+        return None
+    s = summarize([r for r in records if r["decoder"] in (baseline, AA_LABEL)], baseline).set_index("decoder")
+    return abs(float(s.loc[AA_LABEL, "speedup"]) - 1.0)
+
+
+def noise_line(runs: dict[str, list[dict]], baseline: str = "vanilla") -> str:
+    """What every speedup of these benchmark runs (name -> records) is worth: each run's A/A
+    spread (or that it has none) and the half-width of the speedups' bootstrap intervals."""
+    parts = []
+    for name, recs in runs.items():
+        if not recs or baseline not in {r.get("decoder") for r in recs}:
+            continue
+        spread = aa_spread(recs, baseline)
+        s = summarize(recs, baseline)
+        s = s[~s.decoder.isin([baseline, AA_LABEL])]
+        half = ((s.speedup_hi - s.speedup_lo) / 2).dropna()
+        prompts = int(s.prompts.max()) if len(s) else 0
+        ci = (f"95% bootstrap intervals over {prompts} prompts ±{half.median():.3f} (median; widest ±{half.max():.3f})"
+              if len(half) else "no interval")
+        parts.append(f"{name}: " + (f"A/A spread {100 * spread:.1f}%" if spread is not None else NO_AA) + f", {ci}")
+    return "; ".join(parts)
+
+
+def within_noise(a: float, b: float, spread: float | None) -> bool:
+    """Do two speedups of one run differ by no more than its A/A spread (relative)? False when
+    the run has no A/A pair: then the noise is unknown, and the table says so."""
+    return spread is not None and abs(a - b) <= spread * max(abs(a), abs(b))
 
 
 def cost_of(curve: list[dict], forward_path: str = "fast"):
@@ -125,13 +194,20 @@ def trend(what: str, ours: Iterable[bool], paper: Iterable[bool] | None = None) 
         "" if n_p == d_p else " (the paper itself has exceptions)")
 
 
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """``df`` as a markdown table, missing cells (None, NaN) printed as :data:`MISSING`."""
+    # tabulate applies missingval to None only: NaN would print as "nan"
+    cells = df.astype(object).where(df.notna(), None)
+    return cells.to_markdown(index=False, floatfmt=floatfmt, missingval=MISSING)
+
+
 def write_table(df: pd.DataFrame, artifact_id: str, out_dir: Path, meta: dict, floatfmt: str = ".3f") -> None:
     """Write ``tables/<id>.csv`` and ``tables/<id>.md``; the markdown names its provenance."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / f"{artifact_id}.csv", index=False)
     head = "\n".join(f"- **{k}**: {v}" for k, v in meta.items())
-    md = f"# {artifact_id}\n\n{head}\n\n{df.to_markdown(index=False, floatfmt=floatfmt)}\n"
+    md = f"# {artifact_id}\n\n{head}\n\n{to_markdown(df, floatfmt)}\n"
     (out_dir / f"{artifact_id}.md").write_text(md)
 
 

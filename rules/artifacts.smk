@@ -1,6 +1,8 @@
 # One target per artifact id: run its notebook (notebooks/<id>.ipynb, generated from
 # notebooks/src/) with papermill; the executed copy is kept beside the tables and figures it
-# wrote. Notebooks read exactly the raw records declared here (parameter `inputs`).
+# wrote. Notebooks read exactly the raw records declared here (parameter `inputs`). After
+# papermill, `python -m common.render close` appends the notebook's closing markdown cell (what
+# the artifact shows, from the verdict lines the notebook computed).
 #
 # A failed render never replaces what is there: outputs are flagged update() (Snakemake keeps
 # them during the job and restores them when it fails), the notebook writes its tables and
@@ -27,5 +29,18 @@ for _aid, _spec in ARTIFACTS.items():
         shell:
             "({params.env} {params.py} -m papermill -k python3 --language python {input.notebook} {output.notebook}.partial"
             " -p artifact_id {params.aid} -p results_root {params.root} -p package {params.pkg} -p profile {params.profile}"
-            " -y '{params.inputs}' > {log} 2>&1 && mv {output.notebook}.partial {output.notebook})"
+            " -y '{params.inputs}' > {log} 2>&1"
+            # the closing markdown cell: what the artifact shows, from its computed verdict lines
+            " && {params.py} -m common.render close {output.notebook}.partial >> {log} 2>&1"
+            " && mv {output.notebook}.partial {output.notebook})"
             " || {{ rm -f {output.notebook}.partial; exit 1; }}"  # the error is in the log
+
+
+# results/SUMMARY.md: per paper, each artifact's range beside the paper's and its verdict, read
+# from the rendered tables (common.summary); part of `all`, so it never lags the tables.
+rule summary:
+    input: [f for f in all_targets() if f.endswith(".md")]
+    output: f"{ROOT}/SUMMARY.md"
+    log: f"{LOGS}/summary.log"
+    params: py=PY
+    shell: "{params.py} -m common.summary {input} --out {output} > {log} 2>&1"

@@ -3,7 +3,7 @@
     .venv/bin/python tools/check_rerender.py             # snakemake -j2 all --forceall, then compare
     .venv/bin/python tools/check_rerender.py --cores 4
 
-A table (``results/<package>/tables/<id>.{md,csv}``) must be exactly what the workflow makes
+A table (``results/<package>/tables/<id>.{md,csv}``, and ``results/SUMMARY.md`` made from them) must be exactly what the workflow makes
 from the raw records next to it: a table left over from older records, or from an older
 notebook, is the drift this check exists to catch. It snapshots every table, re-renders every
 artifact (without ``rerun=true``, so no experiment runs: the raw records are inputs), and
@@ -34,9 +34,11 @@ REL_TOL = 1e-9
 
 
 def snapshot(results: Path) -> dict[str, str]:
-    """Every table under ``results`` (``<package>/tables/*.md|csv``): path relative to it -> text."""
-    return {str(p.relative_to(results)): p.read_text()
-            for p in sorted(results.glob("*/tables/*")) if p.suffix in (".md", ".csv")}
+    """Every table under ``results`` (``<package>/tables/*.md|csv``) and the summary made from
+    them (``SUMMARY.md``): path relative to ``results`` -> text."""
+    files = [p for p in sorted(results.glob("*/tables/*")) if p.suffix in (".md", ".csv")]
+    files += [p for p in [results / "SUMMARY.md"] if p.is_file()]
+    return {str(p.relative_to(results)): p.read_text() for p in files}
 
 
 def _same_cell(a: str, b: str) -> bool:

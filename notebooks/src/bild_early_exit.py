@@ -27,7 +27,7 @@ from bild.config import from_profile
 from bild.plots import quality_panel
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
-from common.report import provenance, trend
+from common.report import provenance
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg, inputs = R.cfg, R.inputs
@@ -104,9 +104,12 @@ fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}"
 R.save_figure(fig)
 summary = pd.DataFrame(rows)
 R.save_table(summary, meta)
-print(trend("a speedup (> 1x) within one point of the fine-tuned model",
-            [r["speedup"] is not None and r["speedup"] > 1.0 for r in rows],
-            [s > 1.0 for s in paper["within_speedup"].values()]))
+allpts = pd.concat([points[t, "bild"] for t in ee.tasks]).query("decoder != 'vanilla'")
+print(R.trend("a speedup (> 1x) within one point of the fine-tuned model",
+              [r["speedup"] is not None and r["speedup"] > 1.0 for r in rows],
+              [s > 1.0 for s in paper["within_speedup"].values()],
+              over=f"speedup {allpts.speedup.min():.2f}-{allpts.speedup.max():.2f}x ({len(allpts)} settings)",
+              caveat="a shared exit head on the frozen model, not the paper's fine-tuning; stand-in references"))
 grid = points[ee.tasks[0], "bild"]
 print(grid[["decoder", "quality", "agree_tokens", "latency", "speedup", "small_share", "fallbacks_per_token",
             "rollbacks_per_token"]].to_string(index=False))
@@ -144,10 +147,26 @@ R.save_figure(fig)
 table = pd.concat(gaps, ignore_index=True)
 R.save_table(table, {**meta, "paper": f"BiLD up to {paper['bleu_gain_up_to']} BLEU above CALM near {paper['at_speedup']}x"})
 by_metric = table.measure != "agree_tokens"
-print(trend("early-exit BiLD at or above CALM at equal latency budgets (where both run)",
-            [g >= 0 for g in table[by_metric].gap.dropna()]))
-print(trend("the same by agreement with each model's own greedy tokens",
-            [g >= 0 for g in table[~by_metric].gap.dropna()]))
+both = table[table.gap.notna()]
+bild_speed = pd.concat([points[t, "bild"] for t in ee.tasks]).query("decoder != 'vanilla'").speedup
+# What the comparison rests on, named in the verdict: the latencies where both curves run, whether
+# BiLD is ever faster than its own model there, and the two base models' vanilla quality (each
+# method runs on its own trained model: CALM's exit-head training changed its model's output).
+where = (f"latency {both.latency.min():.2f}-{both.latency.max():.2f}x of each model's own vanilla, where both curves run "
+         f"({len(both[both.measure != 'agree_tokens'])} budgets)") if len(both) else "no latency both curves reach"
+base = table[by_metric].iloc[0] if by_metric.any() else None
+rests = [f"BiLD is {'never' if bild_speed.max() <= 1.0 else 'sometimes'} faster than its own model "
+         f"(speedup {bild_speed.min():.2f}-{bild_speed.max():.2f}x), so this compares slowdowns, not the paper's ~1.5x"]
+if base is not None:
+    rests.append(f"two different base models: vanilla {base.measure} {base.vanilla_bild:.3f} (BiLD's) vs "
+                 f"{base.vanilla_calm:.3f} (CALM's, after its exit-head training)")
+rests.append("stand-in references: BLEU ~1 is noise; agreement with each model's own greedy tokens is the steadier measure")
+# The paper's comparison is at speedups near 1.5x on one base model; ours is at slowdowns on two.
+comparable = bild_speed.max() > 1.0 and base is not None and abs(base.vanilla_bild - base.vanilla_calm) < 1.0
+print(R.trend("early-exit BiLD at or above CALM at equal latency budgets", [g >= 0 for g in table[by_metric].gap.dropna()],
+              over=where, caveat="; ".join(rests), evidence=comparable))
+print(R.trend("the same by agreement with each model's own greedy tokens",
+              [g >= 0 for g in table[~by_metric].gap.dropna()], over=where, evidence=bool(bild_speed.max() > 1.0)))
 calm = pd.concat([points[t, "calm"] for t in ee.tasks], ignore_index=True)
 print(calm[["task", "decoder", "threshold", "tau", "quality", "agree_tokens", "speedup", "mean_exit_layer",
             "early_exit_share"]].to_string(index=False))

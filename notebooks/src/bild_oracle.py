@@ -59,10 +59,17 @@ R.save_table(points[["task", "variant", "setting", "threshold", "engaged", "chan
 # the large model's alone (none: no threshold of the grid does).
 
 # %%
+reached = []
 for (t, v), g in points.groupby(["task", "variant"]):
     hit = oracle_match(g)
+    reached.append(hit is not None and hit <= 2 * paper["engaged_to_match"])
     print(f"{t} ({v}): large-model quality reached at "
           f"{'no threshold' if hit is None else f'{100 * hit:.0f}% engagement'} (paper: ~{100 * paper['engaged_to_match']:.0f}%)")
+eng = points[points.setting != "large"].engaged
+print(R.trend(f"the large model's quality reached by at most {200 * paper['engaged_to_match']:.0f}% engagement "
+              "(per task and small model)", reached,
+              over=f"engagement {100 * eng.min():.0f}-{100 * eng.max():.0f}% of tokens",
+              caveat="stand-in references (ShareGPT replies): quality differences of a point are noise"))
 
 # %%
 R.publish()  # last step: tables and figures move into place only when all of it worked

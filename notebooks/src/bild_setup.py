@@ -27,6 +27,7 @@ inputs = check_inputs(inputs)
 df = pd.DataFrame(read_jsonl(inputs[0]))
 meta = {"artifact": artifact_id, "profile": ", ".join(sorted(df.profile.unique())),
         "models": "read from each model's config (python -m bild.models)", "hardware": "none (no weights loaded)",
+        "verdict": "setup only (the model pairs' sizes): no measured result, nothing to hold or fail",
         "sources": str(inputs[0])}
 staged = Staged({"tables": base / "tables"})
 meta

@@ -25,6 +25,7 @@ import pandas as pd
 from bild.analysis import best_settings, split_reduced, sweep_points
 from bild.config import from_profile
 from bild.plots import quality_panel
+from common.metrics import METRICS
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
 from common.report import provenance
@@ -36,12 +37,42 @@ for p in inputs:
     if Path(p).name.startswith("sweep_"):  # Table 1 also reads the reduced-vocabulary sweep (below)
         task, variant = Path(p).stem.removeprefix("sweep_").rsplit("_", 1)
         runs[task, variant] = read_jsonl(p)
+def vs_large(records, metric):
+    """decoder -> its corpus metric against the large model's own greedy output (``vanilla``'s
+    text in the same run) instead of the dataset's reference: what BiLD actually loses."""
+    df = pd.DataFrame(records)
+    base = df[df.decoder == "vanilla"].set_index("question_id").text
+    return {d: METRICS[metric](list(g.text), [base[q] for q in g.question_id]) for d, g in df.groupby("decoder")}
+
+
 points = pd.concat([sweep_points(recs, cfg.task(t).metric).assign(task=t, variant=v) for (t, v), recs in runs.items()],
                    ignore_index=True)
+scored = {(t, v): vs_large(recs, cfg.task(t).metric) for (t, v), recs in runs.items()}
+points["quality_vs_large"] = [scored[t, v][d] for t, v, d in zip(points.task, points.variant, points.decoder)]
 paper = paper_numbers(package)["table1"]
 meta = {**provenance([r for recs in runs.values() for r in recs]),
         "tasks": "; ".join(f"{t}: {cfg.task(t).dataset} ({cfg.task(t).n} prompts, {cfg.task(t).metric})" for t in cfg.tasks),
         "sources": ", ".join(inputs)}
+# What every BiLD verdict below rests on: the stand-in references are another model's replies
+# (ShareGPT), so a corpus metric of ~1.5 BLEU moves by whole points between settings that differ
+# in a few tokens; agreement with the large model's own greedy output is the steadier measure.
+STAND_IN = ("stand-in references (ShareGPT replies): translation BLEU ~" +
+            f"{points[(points.task == 'translate') & (points.decoder == 'vanilla')].quality.mean():.1f}, "
+            "so a one-point quality difference there is noise, not a measurement") if "translate" in set(points.task) else \
+           "stand-in references (ShareGPT replies)"
+
+
+def span(g, col="latency"):
+    """'latency 0.88-1.31x of vanilla (27 settings)': the range a verdict was measured over."""
+    g = g[g.decoder != "vanilla"]
+    return f"{col} {g[col].min():.2f}-{g[col].max():.2f}x of vanilla ({len(g)} settings)"
+
+
+def dominated(p, front):
+    """Is point ``p`` (latency, quality) matched by a ``front`` point at least as fast and as good?"""
+    return bool(((front.latency <= p.latency) & (front.quality >= p.quality)).any())
+
+
 meta
 
 # %% md [bild.fig4, bild.table1, bild.fig9]
@@ -61,6 +92,11 @@ for ax, t in zip(axes[0], cfg.tasks):
     quality_panel(ax, t, cfg.task(t), "latency / vanilla latency (same run)", q0)
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}", fontsize=8)
 R.save_figure(fig)
+# The paper: every setting's curve reaches speedups above 1x (1.3-2.1x) near the large model's quality.
+fast = [bool(((grid.task == t) & (grid.variant == v) & (grid.decoder != "vanilla") & (grid.speedup > 1.0)).any())
+        for t in cfg.tasks for v in ("unaligned", "aligned")]
+print(R.trend("BiLD reaches a speedup above 1x (per task and variant)", fast, [True] * len(fast),
+              over=span(grid), caveat=STAND_IN))
 cols = ["task", "variant", "decoder", "quality", "latency", "speedup", "small_share", "fallbacks_per_token",
         "rollbacks_per_token", "identical", "agree_tokens", "prompts"]
 R.save_table(grid[cols], meta)
@@ -95,7 +131,9 @@ def table1_rows(t, v, g, records, paper_variant=None):
         row = {"task": t, "variant": v, "cell": cell, "vanilla_quality": best["baseline_quality"], "vanilla_tok_s": tok_s,
                "setting": b["decoder"] if b else "none", "quality": b["quality"] if b else None,
                "speedup": b["speedup"] if b else None,
-               "agree_tokens": float(g.set_index("decoder").agree_tokens[b["decoder"]]) if b else None}
+               "agree_tokens": float(g.set_index("decoder").agree_tokens[b["decoder"]]) if b else None,
+               "quality_vs_large": (float(g.set_index("decoder").quality_vs_large[b["decoder"]])
+                                    if b and "quality_vs_large" in g else None)}
         for ds, stand in paper["stand_in"].items():
             if stand == t and paper_variant is not None:
                 q, s = paper[paper_variant][cell][ds]
@@ -129,13 +167,19 @@ if reduced:
     print(side[["decoder", "quality_full", "quality_reduced", "speedup_full", "speedup_reduced", "small_share_full",
                 "small_share_reduced", "fallbacks_per_token_full", "fallbacks_per_token_reduced"]].round(3).to_string(index=False))
 table = pd.DataFrame(rows)
-R.save_table(table, meta)
+meta["quality measure"] = ("no loss / within one point are decided, as in the paper, on the reference metric "
+                           "(`quality`, against the stand-in's ShareGPT replies); `quality_vs_large` scores the same "
+                           "setting against the large model's own greedy output (100 = identical), the measure of what "
+                           "BiLD loses here, and `agree_tokens` the share of its tokens kept")
 hit = table[(table.cell == "no_loss") & table.variant.isin(["unaligned", "aligned"])].set_index(["task", "variant"]).speedup
-for t in cfg.tasks:
-    if (t, "aligned") in hit and (t, "unaligned") in hit:
-        a, u = hit[t, "aligned"], hit[t, "unaligned"]
-        print(f"{t}: aligned above unaligned at no loss (the paper's trend): "
-              f"{'yes' if (a or 0) > (u or 0) else 'no'} ({a}, {u})")
+print(R.trend("a speedup above 1x with no quality loss (per task and variant)", [(x or 0) > 1.0 for x in hit],
+              [s > 1.0 for v in ("unaligned", "aligned") for q, s in paper[v]["no_loss"].values()],
+              over=span(grid), caveat=STAND_IN))
+pairs = [t for t in cfg.tasks if (t, "aligned") in hit and (t, "unaligned") in hit]
+print(R.trend("aligned above unaligned at no loss (per task)", [(hit[t, "aligned"] or 0) > (hit[t, "unaligned"] or 0) for t in pairs],
+              [paper["aligned"]["no_loss"][d][1] > paper["unaligned"]["no_loss"][d][1] for d in paper["stand_in"]],
+              over="the no-loss cells above"))
+R.save_table(table, meta)
 
 # %% [bild.fig9]
 fig, axes = plt.subplots(1, len(cfg.tasks), figsize=(5 * len(cfg.tasks), 4), squeeze=False)
@@ -153,6 +197,10 @@ for ax, t in zip(axes[0], cfg.tasks):
     ax.legend(fontsize=7)
 R.save_figure(fig)
 tab = grid[(grid.variant == "aligned") & (grid.decoder != "vanilla")]
+# The paper's Figure 9: a larger rollback threshold keeps more small-model tokens, so latency falls.
+falls = [b <= a for _, c in tab.groupby(["task", "fallback_threshold"])
+         for a, b in zip(c.sort_values("rollback_threshold").latency[:-1], c.sort_values("rollback_threshold").latency[1:])]
+print(R.trend("latency falls as alpha_RB grows (each alpha_FB, consecutive alpha_RB)", falls, over=span(tab)))
 R.save_table(tab[["task", "rollback_threshold", "fallback_threshold", "quality", "latency", "rollbacks_per_token",
                    "fallbacks_per_token"]].sort_values(["task", "rollback_threshold", "fallback_threshold"]), meta)
 
@@ -175,6 +223,14 @@ for ax, t in zip(axes[0], cfg.tasks):
     ax.set_title(t, fontsize=9)
     ax.legend(fontsize=7)
 R.save_figure(fig)
+# The paper: both ablations fall below BiLD's curve. Counted per ablation point: a BiLD setting
+# at least as fast and as good exists. Points BiLD does not match are named (the verdict rests on them).
+for k in ("no rollback", "no fallback"):
+    abl = al[al.kind == k]
+    flags = [dominated(p, al[(al.task == p.task) & (al.kind == "BiLD")]) for p in abl.itertuples()]
+    beat = [f"{p.task} {p.decoder} ({p.quality:.2f} at {p.latency:.2f}x)" for p, f in zip(abl.itertuples(), flags) if not f]
+    print(R.trend(f"every {k} point is matched by a BiLD setting at least as fast and as good", flags,
+                  over=span(al), caveat=("not matched: " + ", ".join(beat)) if beat else STAND_IN))
 R.save_table(al[["task", "kind", "decoder", "quality", "latency", "speedup"]], meta)
 
 # %% md [bild.specsampling]
@@ -189,6 +245,17 @@ kind = un.decoder.map(lambda d: "vanilla" if d == "vanilla" else "speculative sa
                       and d.endswith("_t1") else "speculative (greedy)" if d.startswith("speculative")
                       else "BiLD" if d.startswith("bild@fb") else "other")
 table = un.assign(kind=kind)[["task", "kind", "decoder", "quality", "speedup", "identical"]]
+# The paper (section 4.2): BiLD beats speculative sampling at similar speedup (IWSLT: 39.93 BLEU
+# at 1.28x, BiLD +0.61 BLEU; XSum: 35.00 ROUGE-L at 1.25x, BiLD up to +0.30 at a faster latency).
+sp = paper_numbers(package)["specsampling"]
+table["paper quality"] = [sp["spec_sampling"][sp["stand_in_of"][t]][0] if k == "speculative sampling" else None
+                          for t, k in zip(table.task, table.kind)]
+table["paper speedup"] = [sp["spec_sampling"][sp["stand_in_of"][t]][1] if k == "speculative sampling" else None
+                          for t, k in zip(table.task, table.kind)]
+ss = un[kind == "speculative sampling"]
+flags = [dominated(p, un[(un.task == p.task) & (kind == "BiLD")]) for p in ss.itertuples()]
+print(R.trend("BiLD matches or beats each speculative-sampling point (as fast and as good)", flags, [True, True],
+              over=span(un[kind.isin(["BiLD", "speculative sampling"])]), caveat=STAND_IN))
 R.save_table(table, meta)
 
 # %%

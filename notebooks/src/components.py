@@ -28,6 +28,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
+from common.render import show
 from common.report import write_table
 
 base = Path(results_root) / package
@@ -110,7 +111,12 @@ for a in axes.flat:
     a.legend(fontsize=7)
 fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-write_table(table, artifact_id, staged.dir("tables"), meta)
+show(fig)
+trained = table[table.component != "teacher pass"]
+up = [f"{r.component} {r.top1_untrained:.3f} -> {r.top1_final:.3f}" for r in trained.itertuples()]
+verdict = (f"training helps: {sum(trained.top1_final > trained.top1_untrained)}/{len(trained)} components end above their "
+           f"untrained held-out top-1 ({'; '.join(up)}); learning curves, no paper trend to test")
+write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%

@@ -29,6 +29,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
+from common.render import show
 from common.report import write_table
 
 base = Path(results_root) / package
@@ -78,7 +79,12 @@ ax.set_ylabel("T(q) / T(1) (band: interquartile range)")
 ax2.set_ylabel("ms per forward")
 ax.set_title(f"{meta['model']}, {meta['profile']}, {meta['dtype']}\n{meta['hardware']}", fontsize=8)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-write_table(df[["forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id, staged.dir("tables"), meta)
+show(fig)
+flat_to = {path: int(d[d.ratio <= 1.5].q.max()) if (d.ratio <= 1.5).any() else None for path, d in df.groupby("forward_path")}
+verdict = ("this machine's cost curve (no paper trend; the hardware-aware tree sizes read it): T(q) <= 1.5 T(1) up to "
+           + ", ".join(f"q = {q} ({path})" for path, q in flat_to.items()) + f", measured over q = {df.q.min()}-{df.q.max()}")
+write_table(df[["forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id, staged.dir("tables"),
+            {**meta, "verdict": verdict})
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%

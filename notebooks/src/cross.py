@@ -24,6 +24,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, load_profile
 from common.records import read_jsonl
+from common.render import show
 from common.report import limits, provenance, summarize, write_table
 
 base = Path(results_root) / package
@@ -141,7 +142,12 @@ cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", 
 table = table[cols]
 for c in ("step_cost", "limit", "pct_of_limit"):  # blank, not nan, where a decoder has no limit
     table[c] = table[c].astype(object).where(table[c].notna(), None)
-write_table(table, artifact_id, staged.dir("tables"), meta)
+ranked = table[table.decoder != "vanilla"].sort_values("speedup", ascending=False)
+lossy = [d for d, s in zip(table.decoder, table.identical_to_vanilla) if s.split("/")[0] != s.split("/")[1]]
+verdict = (f"this project's comparison (no paper has it): fastest {ranked.decoder.iloc[0]} {ranked.speedup.iloc[0]:.2f}x, "
+           f"slowest {ranked.decoder.iloc[-1]} {ranked.speedup.iloc[-1]:.2f}x over {len(ranked)} decoders, each against "
+           f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}")
+write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% [cross.fig]
@@ -167,8 +173,12 @@ ax.set_ylabel("speedup vs vanilla (tokens/s ratio, same run)")
 ax.set_title(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
 ax.legend(fontsize=7)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+show(fig)
 out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
-write_table(out, artifact_id, staged.dir("tables"), meta)
+faster = out[out.speedup > 1.0]
+verdict = (f"this project's comparison (no paper has it): {len(faster)}/{len(out)} decoders faster than vanilla; "
+           f"extra memory {out.extra_mem_mib.min():.1f}-{out.extra_mem_mib.max():.1f} MiB")
+write_table(out, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%

@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 
 from common.render import Render, paper_numbers
-from common.report import trend
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -134,7 +133,7 @@ claims("fig3")
 firp_ = df[df.method == "firp"].set_index("step")
 for other in [m for m in NAMES if m != "firp"]:
     o = df[df.method == other].set_index("step")
-    print(trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)",
+    print(R.trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)",
                 [top(firp_.acc[s], k) >= top(o.acc[s], k) for s in firp_.index for k in KS]))
 if early is not None and medusa is not None:  # the heads' own held-out numbers (their trainer's positions)
     print("early-exit / Medusa held-out top-1 per step as their trainer measured them:",
@@ -167,9 +166,9 @@ title(fig)
 R.save_figure(fig)
 claims("fig5")
 low, high = table[table.layer <= mid], table[table.layer >= mid]
-print(trend(f"layers up to the middle ({mid}) within 10% of each other (top-1)",
+print(R.trend(f"layers up to the middle ({mid}) within 10% of each other (top-1)",
             [abs(a - b) <= 0.1 * max(a, b) for a, b in itertools.combinations(low.top1, 2)]))
-print(trend(f"above the middle ({mid}) each higher layer is less accurate (top-1, top-5)",
+print(R.trend(f"above the middle ({mid}) each higher layer is less accurate (top-1, top-5)",
             [b < a for c in ("top1", "top5") for a, b in zip(high[c], high[c][1:])]))
 print("ours: top-1 at the middle / the highest layer:", round(high.top1.iloc[0], 3), "/", round(high.top1.iloc[-1], 3))
 R.save_table(table, meta)
@@ -202,9 +201,9 @@ ax.legend()
 title(fig)
 R.save_figure(fig)
 claims("fig6")
-print(trend("step 2 no more accurate as its layer moves up (top-1, top-5)",
+print(R.trend("step 2 no more accurate as its layer moves up (top-1, top-5)",
             [b <= a for c in ("step2_top1", "step2_top5") for a, b in zip(table[c], table[c][1:])]))
-print(trend("the highest step-2 layer is the least accurate (top-1, top-5)",
+print(R.trend("the highest step-2 layer is the least accurate (top-1, top-5)",
             [table[c].iloc[-1] == table[c].min() for c in ("step2_top1", "step2_top5")]))
 R.save_table(table, meta)
 
@@ -237,7 +236,7 @@ title(fig)
 R.save_figure(fig)
 claims("fig7")
 on, off = (table[table.setting == s].iloc[0] for s in ("not masked", "masked"))
-print(trend("masked < not masked for step 2 (top-1..5)", [off[f"step2_top{k}"] < on[f"step2_top{k}"] for k in KS]))
+print(R.trend("masked < not masked for step 2 (top-1..5)", [off[f"step2_top{k}"] < on[f"step2_top{k}"] for k in KS]))
 R.save_table(table, meta)
 
 # %%

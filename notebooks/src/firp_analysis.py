@@ -23,7 +23,6 @@ import pandas as pd
 
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
-from common.report import trend
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -53,8 +52,8 @@ for c in paper["fig4"]["claims"]:
     print("paper:", c, f"({paper['fig4']['cite']})")
 rises = [g.trained.iloc[-1] > g.trained.iloc[0] for _, g in table.groupby("step")]
 steps_up = [b >= a for _, g in table.groupby("step") for a, b in zip(g.trained, g.trained[1:])]
-print(trend("trained pseudo states end closer to the real ones than they enter (per step)", rises))
-print(trend("layer over layer, the similarity does not fall (trained, every step and layer)", steps_up))
+print(R.trend("trained pseudo states end closer to the real ones than they enter (per step)", rises))
+print(R.trend("layer over layer, the similarity does not fall (trained, every step and layer)", steps_up))
 gain = table.groupby("step").apply(lambda g: g.trained.iloc[-1] - g.identity.iloc[-1], include_groups=False)
 print("ours, not a paper claim: trained minus identity cosine at the last layer, per step:", gain.round(3).to_dict())
 R.save_table(table, meta)

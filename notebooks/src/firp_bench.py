@@ -23,7 +23,7 @@ import pandas as pd
 
 from common.metrics import rouge_2
 from common.render import Render, paper_numbers
-from common.report import provenance, summarize, trend
+from common.report import provenance, summarize
 from common.tree_search import best_tree, expected_accept_length
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -84,7 +84,17 @@ print(pd.DataFrame([{"model": mdl, "method": mth, **dict(zip(paper["table1"]["co
 by = table.pivot_table(index="dataset", columns="method", values="speedup")
 if {"firp", "medusa"} <= set(by.columns):
     pp = [r["firp"][1] > r["medusa"][1] and r["firp"][3] > r["medusa"][3] for r in paper["table1"]["rows"].values()]
-    print(trend("FIRP faster than Medusa (per dataset)", by.firp > by.medusa, pp))
+    print(R.trend("FIRP faster than Medusa (per dataset)", by.firp > by.medusa, pp,
+                  over=f"{len(by)} datasets (stand-ins), each method's fastest tree size",
+                  gaps=list(zip(by.firp, by.medusa))))
+# The merged view: each speedup beside the paper's for the dataset it stands in for (its first
+# model's row: the paper's Table 1 reports several models).
+pm = next(iter(paper["table1"]["rows"]))
+pcol = {"summarize": paper["table1"]["columns"].index("xsum_speedup"), "math": paper["table1"]["columns"].index("gsm8k_speedup")}
+prow1 = paper["table1"]["rows"][pm]
+R.beside(table.assign(paper_model=pm, paper_speedup=[
+    next((prow1.get("autoregressive" if m == "vanilla" else m, [None] * 9)[i] for k, i in pcol.items() if k in d), None)
+    for d, m in zip(table.dataset, table.method)]), {"speedup": "paper_speedup"}, ["dataset", "method", "paper_model"])
 R.save_table(table, meta)
 
 # %% md [firp.table2]
@@ -100,8 +110,14 @@ print("paper:", paper["table2"]["cite"], paper["table2"]["rows"])
 s = table.set_index("decoder")
 f, m = best_of(s, "firp"), best_of(s, "medusa")
 if f and m:
-    print(trend("FIRP's best tree faster than Medusa's best on MT-Bench", [s.loc[f, "speedup"] > s.loc[m, "speedup"]],
-                [r["firp"] > r["medusa"] for r in paper["table2"]["rows"].values()]))
+    print(R.trend("FIRP's best tree faster than Medusa's best on MT-Bench", [s.loc[f, "speedup"] > s.loc[m, "speedup"]],
+                  [r["firp"] > r["medusa"] for r in paper["table2"]["rows"].values()],
+                  over=f"MT-Bench, {f} {s.loc[f, 'speedup']:.2f}x vs {m} {s.loc[m, 'speedup']:.2f}x",
+                  gaps=[(s.loc[f, "speedup"], s.loc[m, "speedup"])]))
+    pm2 = next(iter(paper["table2"]["rows"]))
+    best = pd.DataFrame([{"method": "firp", "speedup": s.loc[f, "speedup"]}, {"method": "medusa", "speedup": s.loc[m, "speedup"]}])
+    R.beside(best.assign(paper_model=pm2, paper_speedup=[paper["table2"]["rows"][pm2].get(x) for x in best.method]),
+             {"speedup": "paper_speedup"}, ["method", "paper_model"])
 R.save_table(table, meta)
 
 # %% md [firp.table3]
@@ -124,7 +140,7 @@ wide = table.pivot_table(index=["dataset", "nodes"], columns="method", values="t
 print("paper:", paper["table3"]["cite"])
 if {"firp", "medusa"} <= set(wide.columns):
     pp = [f > m for r in paper["table3"]["rows"].values() for f, m in zip(r["firp"], r["medusa"])]
-    print(trend("FIRP accepts more per forward than Medusa (dataset x tree size)", wide.firp > wide.medusa, pp))
+    print(R.trend("FIRP accepts more per forward than Medusa (dataset x tree size)", wide.firp > wide.medusa, pp))
 R.save_table(table, meta)
 
 # %% md [firp.fig1]
@@ -152,6 +168,19 @@ axes[1].bar(table.method, table.tau)
 axes[1].set_ylabel("accepted tokens per forward")
 fig.suptitle(f"{meta.get('model')}, {fig1_dataset}, {profile}, {meta.get('device')}", fontsize=9)
 R.save_figure(fig)
+# The paper's Figure 1 (XSum, Table 1's numbers): FIRP fastest with the smallest trained draft.
+pt1 = paper["table1"]["rows"]
+sp = table.set_index("method").speedup
+if {"firp", "medusa"} <= set(sp.index):
+    print(R.trend("FIRP faster than Medusa", [sp["firp"] > sp["medusa"]],
+                  [r["firp"][1] > r["medusa"][1] for r in pt1.values() if {"firp", "medusa"} <= set(r)],
+                  over=f"{fig1_dataset} (standing in for XSum), each method's fastest tree size"))
+if {"firp", "self_speculative"} <= set(sp.index):
+    print(R.trend("FIRP faster than self-speculative decoding", [sp["firp"] > sp["self_speculative"]],
+                  [r["firp"][1] > r["self_speculative"][1] for r in pt1.values() if {"firp", "self_speculative"} <= set(r)],
+                  over=f"{fig1_dataset}"))
+if not R.verdicts:
+    R.verdict(f"no FIRP/Medusa pair in the {fig1_dataset} run: nothing to compare with the paper")
 R.save_table(table, meta)
 
 # %%

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.render import Render, paper_numbers
-from common.report import cost_of, limits, provenance, summarize, trend
+from common.report import cost_of, limits, provenance, summarize
 from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -54,13 +54,16 @@ meta
 # per step, whether every output equals `vanilla`'s, and the trainable parameters as a share of
 # the model. Prompt decoding's row is the tree size the hardware-aware rule picks from the
 # measured guess accuracies and this machine's cost curve; every measured size is listed too.
-# Paper (Table 1, Vicuna-7B, A100): Medusa 2.52×, prompt decoding 2.49× on MT-Bench with
-# 0.0002% trainable parameters against Medusa's 8.07%.
+# The paper's Table 1 (`paper_numbers.yaml`, printed below with the speedups its tokens/s imply):
+# on Vicuna-7B (non-greedy, A100) Medusa and prompt decoding reach about 2.1× and 2.2× over
+# vanilla, with 1.82e-4 % trainable parameters against Medusa's 8.07%.
 
 # %% [pd.table1]
 print("paper:", paper["table1"]["cite"])
-print(pd.DataFrame([{"model": mdl, "method": meth, **dict(zip(paper["table1"]["columns"], v))}
-                    for mdl, rows in paper["table1"]["rows"].items() for meth, v in rows.items()]).to_string(index=False))
+ptab = pd.DataFrame([{"model": mdl, "method": meth, **dict(zip(paper["table1"]["columns"], v))}
+                     for mdl, rows in paper["table1"]["rows"].items() for meth, v in rows.items()])
+ptab["speedup"] = ptab.tokens_per_s / ptab.model.map(ptab[ptab.method == "vanilla"].set_index("model").tokens_per_s)
+print(ptab.to_string(index=False))
 recs = benches["mt-bench"]
 table = summarize(recs)
 lim = limits(recs, curve) if curve is not None else None
@@ -83,9 +86,21 @@ print(f"hardware-aware size: {hw['size']} (predicted tau {hw['tau']:.2f}, T(n)/T
 pdr = table[table.decoder.str.startswith("prompt_decoding@t")]
 med = table[table.decoder.str.startswith("medusa")]
 if len(med):
-    print(trend("prompt decoding's speedup (hardware-aware size) >= Medusa's best",
-                [float(pdr[pdr.hardware_choice].speedup.iloc[0]) >= med.speedup.max()]))
-print(trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
+    pv = ptab[ptab.method.isin(["ppd", "medusa"])].pivot(index="model", columns="method", values="speedup").dropna()
+    print(R.trend("prompt decoding's speedup (hardware-aware size) >= Medusa's best",
+                  [float(pdr[pdr.hardware_choice].speedup.iloc[0]) >= med.speedup.max()], pv.ppd >= pv.medusa,
+                  over=f"MT-Bench, {int(table.prompts.max())} prompts; Medusa at {len(med)} tree size(s)"))
+print(R.trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
+# The merged view: vanilla, Medusa's best and the hardware-aware prompt decoding beside the
+# paper's Vicuna-7B row (its Table 1's only model with all three).
+pv7 = ptab[ptab.model == "vicuna-7b"].set_index("method")
+picks = {"vanilla": "vanilla", "medusa": med.sort_values("speedup").decoder.iloc[-1] if len(med) else None,
+         "ppd": pdr[pdr.hardware_choice].decoder.iloc[0] if pdr.hardware_choice.any() else None}
+ours7 = table.set_index("decoder")
+R.beside(pd.DataFrame([{"method": k, "decoder": d, "speedup": ours7.loc[d, "speedup"],
+                        "tau": ours7.loc[d, "mean_accepted_length"], "paper_speedup": pv7.loc[k, "speedup"],
+                        "paper_tau": pv7.loc[k, "tau"]} for k, d in picks.items() if d is not None and k in pv7.index]),
+         {"speedup": "paper_speedup", "tau": "paper_tau"}, ["method", "decoder"])
 R.save_table(table, meta)
 
 # %% md [pd.fig5]
@@ -124,7 +139,8 @@ fig.suptitle(f"{meta.get('model')}, {profile}, {meta.get('device')}", fontsize=9
 R.save_figure(fig)
 for c in paper["fig5"]["claims"]:
     print("paper:", c, f"({paper['fig5']['cite']})")
-print(trend("prompt decoding is faster than vanilla (per dataset)", table.speedup > 1.0))
+print(R.trend("prompt decoding is faster than vanilla (per dataset)", table.speedup > 1.0,
+              over=f"{len(table)} datasets, speedups {table.speedup.min():.2f}-{table.speedup.max():.2f}x"))
 R.save_table(table, meta)
 
 # %% md [pd.fig8]
@@ -175,7 +191,7 @@ best = int(dyn.loc[dyn.speedup_measured.idxmax(), "size"])
 print(f"(b)'s argmax among the measured sizes: {pred}; (c)'s: {best} -> "
       + ("the hardware-aware size predicted the fastest" if pred == best else "they differ"))
 both = theory.dropna(subset=["tau_static"])
-print(trend("dynamic >= static >= random (expected tau, every size where all three exist)",
+print(R.trend("dynamic >= static >= random (expected tau, every size where all three exist)",
             [(r.tau_dynamic >= r.tau_static - 1e-9) and (r.tau_static >= r.tau_random - 1e-9) for r in both.itertuples()]))
 table = theory.merge(meas, on="size", how="outer").sort_values(["size"])
 R.save_table(table, meta)
@@ -212,8 +228,18 @@ for c in paper["fig4"]["claims"]:
 best_medusa = fig4[fig4.decoder.str.startswith("medusa")].speedup.max()
 pd_speed = float(fig4[fig4.decoder == hw_label].speedup.iloc[0])
 others = fig4[~fig4.decoder.str.startswith(("medusa", "prompt_decoding")) & fig4.lossless]
-print(trend("prompt decoding (hardware-aware size) >= Medusa's best", [pd_speed >= best_medusa]))
-print(trend("prompt decoding >= each other lossless decoder here", others.speedup <= pd_speed))
+print(R.trend("prompt decoding (hardware-aware size) >= Medusa's best", [pd_speed >= best_medusa],
+              over=f"MT-Bench, speedups {fig4.speedup.min():.2f}-{fig4.speedup.max():.2f}x", gaps=[(pd_speed, best_medusa)]))
+faster = others[others.speedup > pd_speed]
+# The paper's claim is about every other method (2-3x theirs), so one faster method fails it:
+# counted as one comparison, with the decoders that beat prompt decoding named.
+print(R.trend("prompt decoding at or above every other lossless decoder here", [bool((others.speedup <= pd_speed).all())],
+              over=f"{len(others)} lossless decoders, each against its own run's vanilla "
+                   f"({int((others.speedup <= pd_speed).sum())} of them at or below it)",
+              caveat=("faster than prompt decoding's " + f"{pd_speed:.2f}x: " +
+                      ", ".join(f"{d} {v:.2f}x" for d, v in zip(faster.decoder, faster.speedup)) +
+                      " (prompt lookup and self-speculative decoding need no training)")
+                     if len(faster) else None))
 fig, ax = plt.subplots(figsize=(8, 4.5))
 colors = ["tab:red" if d == hw_label else "tab:blue" if l else "tab:gray" for d, l in zip(fig4.decoder, fig4.lossless)]
 ax.barh(fig4.decoder[::-1], fig4.speedup[::-1], color=colors[::-1])
@@ -253,7 +279,7 @@ for c in paper["fig7"]["claims"]:
     print("paper:", c)
 for _, r in mem[mem.method != "prompt_decoding"].iterrows():
     print(f"prompt decoding's extra memory is {100 / r.vs_prompt_decoding:.4f}% of {r.method}'s")
-print(trend("prompt decoding adds the least memory (each other method)",
+print(R.trend("prompt decoding adds the least memory (each other method)",
             mem[mem.method != "prompt_decoding"].params > pd_stats["params"]))
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.bar(mem.method, mem.MiB_fp32 * 1024, color=["tab:red", "tab:blue", "tab:green"][:len(mem)])
@@ -287,7 +313,7 @@ for c in paper["fig1"]["claims"]:
     print("paper:", c)
 trained = fig1[fig1.params > 0]
 best = trained.sort_values("speedup").iloc[-1]
-print(trend("the least memory among trained methods, and the highest speedup among them",
+print(R.trend("the least memory among trained methods, and the highest speedup among them",
             [trained.params.idxmin() == trained.index[trained.method == "prompt_decoding"][0],
              best.method == "prompt_decoding"]))
 fig, ax = plt.subplots(figsize=(7, 4.5))

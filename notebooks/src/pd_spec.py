@@ -24,7 +24,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from common.render import Render, paper_numbers
-from common.report import provenance, summarize, trend
+from common.report import provenance, summarize
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -92,11 +92,11 @@ for dataset, t in table[table.best].groupby("dataset"):
                   "paper_gain": paper["speedup_over_speculative"]})
 pairs = pd.DataFrame(pairs)
 print(pairs.to_string(index=False))
-print(trend("prompt decoding in the draft is faster than speculative decoding alone (best gamma each)",
-            pairs.gain > 1.0))
-print(trend("the draft's prompt tokens make more than one draft token per draft forward",
+print(R.trend("prompt decoding in the draft is faster than speculative decoding alone (best gamma each)",
+              pairs.gain > 1.0, over=f"gains {pairs.gain.min():.2f}-{pairs.gain.max():.2f}x over {len(pairs)} run(s)"))
+print(R.trend("the draft's prompt tokens make more than one draft token per draft forward",
             table[table.drafter == "pd_speculative"].draft_tokens_per_forward > 1.0))
-print(trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
+print(R.trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
 # Same gamma, same chains: the accepted lengths of every step of every prompt agree.
 same = []
 for dataset, recs in runs.items():
@@ -104,7 +104,7 @@ for dataset, recs in runs.items():
     for g in set(table.gamma.dropna()):
         a, b = f"speculative@g{int(g)}", f"pd_speculative@g{int(g)}"
         same += [acc[(a, q)] == acc[(b, q)] for (d, q) in acc if d == a and (b, q) in acc]
-print(trend("at equal gamma both drafters' steps accept the same lengths (the same chains)", same))
+print(R.trend("at equal gamma both drafters' steps accept the same lengths (the same chains)", same))
 R.save_table(table, meta)
 
 # %%

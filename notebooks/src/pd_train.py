@@ -27,7 +27,6 @@ import pandas as pd
 
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
-from common.report import trend
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -126,7 +125,7 @@ def rising(df):
     return [b >= a for c in cols for a, b in zip(df[c], df[c][1:])]
 
 
-print(trend("accuracy does not fall as EPTs grow (each metric, consecutive EPT counts)", rising(ours), rising(pp)))
+print(R.trend("accuracy does not fall as EPTs grow (each metric, consecutive EPT counts)", rising(ours), rising(pp)))
 R.save_table(table, meta)
 
 # %% md [pd.fig6]
@@ -156,10 +155,10 @@ for c in paper["fig6"]["claims"]:
     print("paper:", c)
 if "medusa_head" in table:
     far = table[table.distance >= 2]
-    print(trend("prompt tokens >= Medusa heads at distance >= 2 (top-1/3/5/10)", far.prompt_tokens >= far.medusa_head))
+    print(R.trend("prompt tokens >= Medusa heads at distance >= 2 (top-1/3/5/10)", far.prompt_tokens >= far.medusa_head))
 if most != "main":
     col = f"prompt_tokens_{stats[most]['n']}ept"
-    print(trend(f"{stats[most]['n']} EPTs >= 1 EPT at every distance (top-1/3/5/10)", table[col] >= table.prompt_tokens))
+    print(R.trend(f"{stats[most]['n']} EPTs >= 1 EPT at every distance (top-1/3/5/10)", table[col] >= table.prompt_tokens))
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 for d in range(m):
@@ -211,8 +210,8 @@ for c in paper["fig9"]["claims"]:
     print("paper:", c)
 one, many = table.iloc[0], table.iloc[-1]
 if len(table) > 1:
-    print(trend("many EPTs start with a lower loss than 1 EPT", [many.first_loss < one.first_loss]))
-print(trend("the loss falls during training (each EPT count)", table.last_loss < table.first_loss))
+    print(R.trend("many EPTs start with a lower loss than 1 EPT", [many.first_loss < one.first_loss]))
+print(R.trend("the loss falls during training (each EPT count)", table.last_loss < table.first_loss))
 R.save_table(table, meta)
 
 # %% md [pd.table3]
@@ -246,16 +245,16 @@ ref = table.iloc[0]
 for name, s in stats.items():
     if not s["distill"]:
         r = table[table.variant == name].iloc[0]
-        print(trend("distillation >= cross-entropy on the references (each metric)", [ref[c] >= r[c] for c in COLS],
+        print(R.trend("distillation >= cross-entropy on the references (each metric)", [ref[c] >= r[c] for c in COLS],
                     [a >= b for a, b in zip(pp.iloc[5, 4:], pp.iloc[6, 4:])]))
     if s["config"]["batch_size"] != stats[ref_name]["config"]["batch_size"]:
         r = table[table.variant == name].iloc[0]
         small, big = (ref, r) if ref.batch < r.batch else (r, ref)
-        print(trend("a smaller batch >= a larger one (each metric)", [small[c] >= big[c] for c in COLS],
+        print(R.trend("a smaller batch >= a larger one (each metric)", [small[c] >= big[c] for c in COLS],
                     [a >= b for a, b in zip(pp.iloc[7, 4:], pp.iloc[5, 4:])]))
 cur = table[table.variant.str.endswith("(curve)")]
 if len(cur) > 1:
-    print(trend("accuracy rises with epochs along the reference's curve (@1 top-1)",
+    print(R.trend("accuracy rises with epochs along the reference's curve (@1 top-1)",
                 [b >= a for a, b in zip(cur.acc1_top1, cur.acc1_top1[1:])]))
 R.save_table(table, meta)
 
@@ -270,7 +269,7 @@ R.save_table(table, meta)
 key = lambda s: "with prefix tuning" if s.get("prefix") else "without prefix tuning"
 table = ablation_table(key, paper["table4"]["rows"])
 print("paper:", paper["table4"]["cite"])
-print(trend("prefix tuning does not help (each metric)", no_better(table, "without prefix tuning", "with prefix tuning"),
+print(R.trend("prefix tuning does not help (each metric)", no_better(table, "without prefix tuning", "with prefix tuning"),
             paper_trend("table4", "without prefix tuning", "with prefix tuning")))
 R.save_table(table, meta)
 
@@ -287,9 +286,9 @@ key = lambda s: ("custom head, 2-stage" if s.get("init_from") else "custom head,
     else "without custom head"
 table = ablation_table(key, paper["table5"]["rows"])
 print("paper:", paper["table5"]["cite"])
-print(trend("1-stage is below no custom head (each metric)", no_better(table, "without custom head", "custom head, 1-stage"),
+print(R.trend("1-stage is below no custom head (each metric)", no_better(table, "without custom head", "custom head, 1-stage"),
             paper_trend("table5", "without custom head", "custom head, 1-stage")))
-print(trend("2-stage >= no custom head (each metric)", no_better(table, "custom head, 2-stage", "without custom head"),
+print(R.trend("2-stage >= no custom head (each metric)", no_better(table, "custom head, 2-stage", "without custom head"),
             paper_trend("table5", "custom head, 2-stage", "without custom head")))
 R.save_table(table, meta)
 
@@ -304,7 +303,7 @@ table = ablation_table(lambda s: s["mask"], paper["table6"]["rows"])
 print("paper:", paper["table6"]["cite"])
 for other in ("decoder", "encoder"):
     if other in set(table.setting):
-        print(trend(f"ensemble >= {other}-like (each metric)", no_better(table, "ensemble", other),
+        print(R.trend(f"ensemble >= {other}-like (each metric)", no_better(table, "ensemble", other),
                     paper_trend("table6", "ensemble", other)))
 R.save_table(table, meta)
 
@@ -315,7 +314,7 @@ R.save_table(table, meta)
 # %% [pd.table7]
 table = ablation_table(lambda s: s.get("aggregation", "average"), paper["table7"]["rows"])
 print("paper:", paper["table7"]["cite"])
-print(trend("the average >= learned weights (each metric)", no_better(table, "average", "learned"),
+print(R.trend("the average >= learned weights (each metric)", no_better(table, "average", "learned"),
             paper_trend("table7", "average", "learned")))
 R.save_table(table, meta)
 
@@ -329,7 +328,7 @@ R.save_table(table, meta)
 table = ablation_table(lambda s: s.get("exits", 1), {int(k): v for k, v in paper["table8"]["rows"].items()})
 print("paper:", paper["table8"]["cite"])
 for k in sorted(set(table.setting) - {1}):
-    print(trend(f"{k} exits do not help (each metric)", no_better(table, 1, k),
+    print(R.trend(f"{k} exits do not help (each metric)", no_better(table, 1, k),
                 paper_trend("table8", 1, k)))
 R.save_table(table, meta)
 

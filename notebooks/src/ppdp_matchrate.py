@@ -18,7 +18,6 @@ import json
 import numpy as np
 import pandas as pd
 
-from common.report import trend
 from ppd_pipelined.tables import LABEL, Render, paper_numbers, pct, provenance, ranks_frame
 
 R = Render(artifact_id, results_root, package, profile, inputs)
@@ -71,10 +70,10 @@ def rises(df, cols, by, order):
     return out
 
 
-lines = [trend("p_correct grows with k", rises(table, ours, "k", KS), rises(table, theirs, "k", KS)),
-         trend("p_correct grows with the layer", [b >= a for r in table[ours].values for a, b in zip(r[:-1], r[1:])],
+lines = [R.trend("p_correct grows with k", rises(table, ours, "k", KS), rises(table, theirs, "k", KS)),
+         R.trend("p_correct grows with the layer", [b >= a for r in table[ours].values for a, b in zip(r[:-1], r[1:])],
                [b >= a for r in table[theirs].values for a, b in zip(r[:-1], r[1:])]),
-         trend("a trained head (Y) beats N", rises(table, ours, "trained", ["N", "Y"]),
+         R.trend("a trained head (Y) beats N", rises(table, ours, "trained", ["N", "Y"]),
                rises(table, theirs, "trained", ["N", "Y"]))]
 print("\n".join(lines))
 hm = heads_meta["config"]
@@ -116,7 +115,7 @@ for t in TASKS:
                 rows.append(row)
 table = pd.DataFrame(rows)
 table = table[[c for c in table.columns if not c.startswith(("Total", "paper"))] + ["Total", "paper bucket 1", "paper Total"]]
-line = trend("the first bucket is below the row's total", table["bucket 1"] < table["Total"],
+line = R.trend("the first bucket is below the row's total", table["bucket 1"] < table["Total"],
              table["paper bucket 1"] < table["paper Total"])
 print(line)
 R.save_table(table, provenance(greedy, greedy_src, TASKS,
@@ -155,7 +154,7 @@ for mth in ("greedy", "top_k", "top_p"):
         rows.append(row)
 table = pd.DataFrame(rows)
 at_k = table[table["early top-k"] == paper["k"]].set_index("method")
-line = trend(f"greedy's p_correct is at least sampling's (k = {paper['k']})",
+line = R.trend(f"greedy's p_correct is at least sampling's (k = {paper['k']})",
              [at_k.loc[names["greedy"], LABEL[t]] >= at_k.loc[names[m], LABEL[t]] for t in tasks5 for m in ("top_k", "top_p")],
              [at_k.loc[names["greedy"], f"paper {LABEL[t]}"] >= at_k.loc[names[m], f"paper {LABEL[t]}"]
               for t in tasks5 for m in ("top_k", "top_p")])

@@ -40,6 +40,7 @@ table = pd.DataFrame(rows)
 meta = provenance(recs, srcs, TASKS, note="the rendered prompt is then wrapped in the model's chat template "
                                           "(common.prompts.encode_prompt), as in every decoding run")
 meta["profile"] = profile
+R.setup_only(f"the prompt templates of {len(table)} tasks, as the code used them")
 R.save_table(table, meta)
 
 # %% md [ppdp.table4]
@@ -103,6 +104,7 @@ meta["note"] = "'used' is read from the checkpoint's metadata, not typed; 'paper
 meta["paper"] = paper4["cite"]
 meta["comparison"] = (f"{len(paper) - len(differ)}/{len(paper)} of the paper's hyperparameters used as is; "
                       f"scaled for this profile: {', '.join(differ) or 'none'}")
+R.setup_only(f"the heads' training recipe; {meta['comparison']}")
 R.save_table(table, meta)
 
 # %%

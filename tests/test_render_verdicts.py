@@ -1,0 +1,97 @@
+"""common.render: every table carries a verdict, the paper's numbers stand beside ours, missing
+cells print as "—", and the executed notebook closes with what the artifact shows;
+common.summary: results/SUMMARY.md is made from the tables."""
+import math
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from common.render import Render, close_notebook, paper_beside_ours
+from common.summary import header, ours_and_paper, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def R(tmp_path):
+    raw = tmp_path / "cross" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "x.jsonl").write_text('{"a": 1}\n')
+    return Render("cost.fig", str(tmp_path), "cross", "embedded", inputs=[str(raw / "x.jsonl")])
+
+
+def _md(tmp_path):
+    return (tmp_path / "cross" / "tables" / "cost.fig.md").read_text()
+
+
+def test_a_table_without_a_verdict_is_refused(R, tmp_path):
+    R.save_table(pd.DataFrame({"a": [1.0]}), {"model": "m"})
+    with pytest.raises(RuntimeError, match="no verdict"):
+        R.publish()
+    assert not (tmp_path / "cross" / "tables" / "cost.fig.md").exists()  # nothing published
+
+
+def test_trend_computed_after_save_table_reaches_the_header(R, tmp_path):
+    R.save_table(pd.DataFrame({"speedup": [0.9, float("nan")], "paper speedup": [1.5, 2.0]}),
+                 {"model": "m", "sources": "x.jsonl"})
+    line = R.trend("faster than vanilla", [False], [True, True], over="latency 1.06-1.23x",
+                   caveat="two different base models")
+    R.publish()
+    md = _md(tmp_path)
+    head = header(md)
+    assert head["verdict"] == line
+    assert "does not hold" in line and "measured over latency 1.06-1.23x" in line and "[two different base models]" in line
+    assert list(head)[-1] == "sources"  # the verdict sits above the sources
+    assert "nan" not in md and "—" in md  # missing cells print as a dash
+
+
+def test_setup_only_and_existing_trend_count(R, tmp_path):
+    R.save_table(pd.DataFrame({"a": [1]}), {"model": "m"})
+    R.setup_only("templates")
+    R.publish()
+    assert header(_md(tmp_path))["verdict"].startswith("setup only (templates)")
+
+
+def test_paper_beside_ours_merges_twins_with_a_ratio():
+    df = pd.DataFrame({"dataset": ["a", "b"], "speedup": [1.0, 2.0], "paper speedup": [2.0, None],
+                       "tau": [1.5, 1.6], "paper_tau": [3.0, 3.2], "other": [1, 2]})
+    m = paper_beside_ours(df)
+    assert list(m.columns) == ["dataset", "speedup (ours)", "speedup (paper)", "speedup: ours / paper",
+                               "tau (ours)", "tau (paper)", "tau: ours / paper"]
+    assert m["speedup: ours / paper"][0] == 0.5 and math.isnan(m["speedup: ours / paper"][1])
+    assert m["tau: ours / paper"].tolist() == [0.5, 0.5]
+    assert paper_beside_ours(pd.DataFrame({"a": [1]})) is None
+
+
+def test_close_notebook_appends_the_closing_cell_once(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell("R.publish()")
+    code.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "## What x shows here\n- holds"},
+                                           metadata={"closing": True})]
+    nb.cells = [code]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, str(path))
+    close_notebook(path)
+    close_notebook(path)  # idempotent: one closing cell
+    cells = nbformat.read(str(path), as_version=4).cells
+    assert [c.cell_type for c in cells] == ["code", "markdown"] and cells[-1].source.startswith("## What x shows")
+
+
+def test_summary_is_made_from_the_tables(tmp_path):
+    t = tmp_path / "bild" / "tables"
+    t.mkdir(parents=True)
+    (t / "bild.x.md").write_text("# bild.x\n\n- **profile**: embedded\n- **device**: cpu: EPYC\n"
+                                 "- **verdict**: faster: paper 2/2, ours 0/2 -> the paper's trend does not hold here\n")
+    pd.DataFrame({"task": ["a", "b"], "speedup": [0.8, 0.9], "paper speedup": [1.5, 2.1]}).to_csv(t / "bild.x.csv", index=False)
+    assert ours_and_paper(t / "bild.x.csv") == ("speedup 0.8–0.9", "speedup 1.5–2.1")
+    text = summary([t / "bild.x.md"])
+    assert "| [bild.x](bild/tables/bild.x.md) | speedup 0.8–0.9 | speedup 1.5–2.1 | faster: paper 2/2" in text
+    assert "- **profile**: embedded" in text and "- **hardware**: cpu: EPYC" in text
+
+
+@pytest.mark.parametrize("table", sorted(p.relative_to(ROOT) for p in ROOT.glob("results/*/tables/*.md")), ids=str)
+def test_every_committed_table_has_a_verdict(table):
+    head = header((ROOT / table).read_text())
+    assert head.get("verdict") or head.get("trend"), f"{table} has no verdict line"
