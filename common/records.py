@@ -1,14 +1,74 @@
-"""Raw results as JSONL, written atomically so a half-written file never looks complete."""
+"""Raw results as JSONL, written atomically so a half-written file never looks complete.
+
+Records under ``results/`` are what the tables rest on, so they must come from code someone can
+check out: a writer aimed there refuses a tree whose tracked code differs from its commit (one
+``error:`` line naming the files; :func:`traced_path`). An exploratory run sets
+``REPRO_EXPLORATORY=1``: its records go to ``.cache/exploratory/<the same path>`` instead, and
+stay out of the tables.
+"""
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable
 
+REPO = Path(__file__).resolve().parent.parent
+EXPLORATORY_ENV = "REPRO_EXPLORATORY"
+
 _UMASK = os.umask(0)   # read once at import (os.umask can only be read by setting it) ...
 os.umask(_UMASK)       # ... and put back at once
+
+
+def uncommitted_code(root: Path | None = None) -> list[str] | None:
+    """Tracked files outside ``results/`` that differ from the checked-out commit (staged or
+    not); None where git cannot tell (no git, not a checkout: a copy of the tree sent elsewhere)."""
+    root = Path(root or REPO)
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
+                             cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    # porcelain v1: two status letters, a space, the path ("old -> new" for a rename)
+    return [line[3:].split(" -> ")[-1] for line in out.stdout.splitlines() if line.strip()]
+
+
+def traced_path(path: Path) -> Path:
+    """Where a raw record meant for ``path`` is written.
+
+    Outside ``<repo>/results/``: ``path``. Inside it, only from a tree whose tracked code is
+    committed (``code_version`` then names a commit anyone can check out); otherwise a
+    :class:`~common.errors.UserError` naming the changed files, unless ``REPRO_EXPLORATORY=1``
+    asks for an exploratory run, whose records go to ``<repo>/.cache/exploratory/results/<the
+    rest of path>`` (said on stderr). ``CODE_VERSION`` set (a tree copied without git, which
+    names its commit that way) skips the check.
+    """
+    path = Path(path)
+    results = REPO / "results"
+    try:
+        rel = path.resolve().relative_to(results.resolve())
+    except ValueError:
+        return path
+    if os.environ.get(EXPLORATORY_ENV) == "1":
+        alt = REPO / ".cache" / "exploratory" / "results" / rel
+        print(f"records: exploratory run ({EXPLORATORY_ENV}=1): writing {alt} instead of {path}", file=sys.stderr)
+        return alt
+    if os.environ.get("CODE_VERSION"):
+        return path
+    dirty = uncommitted_code(REPO)
+    if dirty:
+        from .errors import UserError
+
+        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        raise UserError(f"refusing to write {path}: tracked code has uncommitted changes ({shown}), so no commit "
+                        f"would reproduce these records; commit them first, or set {EXPLORATORY_ENV}=1 for an "
+                        f"exploratory run (records go under .cache/exploratory/)")
+    return path
 
 
 class JsonlWriter:
@@ -22,7 +82,7 @@ class JsonlWriter:
     """
 
     def __init__(self, path: Path):
-        self.path = Path(path)
+        self.path = traced_path(Path(path))  # records under results/ only from committed code
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Same folder as the target, so the final rename is atomic (same file system).
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".partial")
@@ -56,8 +116,9 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """``obj`` as indented JSON at ``path``, written atomically."""
-    path = Path(path)
+    """``obj`` as indented JSON at ``path``, written atomically (under ``results/``, only from
+    committed code: :func:`traced_path`)."""
+    path = traced_path(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(json.dumps(obj, indent=1))
