@@ -83,6 +83,9 @@ def test_decoder_options_and_stats(store, chaotic_llama, one_thread):
     assert len(out.stats["retrieval_s"]) == len(out.stats["retrieval_span"]) == out.stats["steps"] - 1
     assert all(s == 0 or 2 <= s <= 16 for s in out.stats["retrieval_span"])
     assert all(t >= 0 for t in out.stats["retrieval_s"])
+    # sampling: the authors' typical acceptance over the same trees
+    hot = get_decoder("rest", chaotic_llama, datastore=str(store), temperature=0.8, seed=1).generate(torch.tensor([[1, 7, 8, 9]]), 12)
+    assert len(hot.tokens) == 12 and sum(hot.stats["accept_lengths"]) == 12
 
 
 def test_cli_builds_from_sharegpt_and_decoder_checks_tokenizer(tmp_path, embedded, capsys, store):
@@ -101,8 +104,8 @@ def test_cli_builds_from_sharegpt_and_decoder_checks_tokenizer(tmp_path, embedde
     # the embedded model with its datastore: vanilla's tokens; with the tiny model's: refused
     prompt = tok.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
                                      add_generation_prompt=True, return_tensors="pt")["input_ids"]
-    ref = get_decoder("vanilla", model, tok).generate(prompt, 24).tokens
-    got = get_decoder("rest", model, tok, datastore=str(out)).generate(prompt, 24)
+    ref = get_decoder("vanilla", model, tok).generate(prompt, 16).tokens
+    got = get_decoder("rest", model, tok, datastore=str(out)).generate(prompt, 16)
     assert got.tokens == ref
     with pytest.raises(UserError, match="built with tokenizer 'tiny'"):
         get_decoder("rest", model, tok, datastore=str(store))
