@@ -162,10 +162,19 @@ class Datastore:
         Returns:
             :class:`Retrieved`; no paths when no suffix of ``min_span`` tokens or more occurs.
         """
-        for span in range(min(max_span, len(context)), min_span - 1, -1):
-            lo, hi = self.occurrences(list(context[-span:]))
-            if hi <= lo:
-                continue
+        # an occurrence of a suffix holds one of every shorter suffix, so the spans that occur
+        # are min_span..s*: s* is found by bisection (a few searches instead of one per length)
+        found: dict[int, tuple[int, int]] = {}
+
+        def occurs(span: int) -> bool:
+            found[span] = self.occurrences(list(context[-span:]))
+            return found[span][1] > found[span][0]
+        a, b = min_span - 1, min(max_span, len(context))   # a: longest known to occur (or none yet)
+        while a < b:
+            mid = (a + b + 1) // 2
+            a, b = (mid, b) if occurs(mid) else (a, mid - 1)
+        for span in range(a, min_span - 1, -1):
+            lo, hi = found[span] if span in found else self.occurrences(list(context[-span:]))
             starts = np.asarray(self.suffixes[lo:min(hi, lo + matches)], dtype=np.int64) + span
             idx = starts[:, None] + np.arange(draft_len)                      # [m, draft_len]
             cont = np.asarray(self.tokens[np.minimum(idx, self.tokens.size - 1)], dtype=np.int64)

@@ -52,6 +52,14 @@ def test_occurrences_match_brute_force(tmp_path):
         lo, hi = ds.occurrences(q)
         want = sorted(i for i in range(len(text)) if text[i:i + len(q)] == q)
         assert sorted(ds.suffixes[lo:hi].tolist()) == want, q
+    # the longest occurring suffix (found by bisection) is the one a scan from the longest finds,
+    # unless every occurrence of it ends its sequence (then a shorter one answers)
+    for _ in range(200):
+        ctx = gen.integers(0, 5, size=8).tolist()
+        got = ds.search(ctx, max_span=8, min_span=1, num_draft=4, draft_len=2, matches=100)
+        occurs = [s for s in range(1, 9) if any(text[i:i + s] == ctx[-s:] for i in range(len(text)))]
+        assert got.span <= max(occurs, default=0)
+        assert got.span == max(occurs, default=0) or not ds.search(ctx[-max(occurs):], max(occurs), max(occurs), 4, 2, 100).paths
 
 
 def test_meta_and_refusals(store, tmp_path):
