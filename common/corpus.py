@@ -383,12 +383,16 @@ def _main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--summary", action="store_true", help="print the corpus's summary and exit")
+    ap.add_argument("--stats-out", type=Path, default=None,
+                    help="also write the summary (shards, tokens, tok/s, disk) as JSON here (the workflow's output)")
     a = ap.parse_args(argv)
     if a.summary:
         print(json.dumps(summary(a.out), indent=1))
         return
     for name in ("heldout", "shard_prompts", "answer_tokens", "max_prompt_tokens", "batch_size"):
         check_range(name, getattr(a, name), 1)
+    from .records import traced_path
+    a.out = traced_path(a.out)  # shards under results/ only from committed code (else one error line)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -400,7 +404,11 @@ def _main(argv=None) -> None:
                     batch_size=a.batch_size, eos=int(eos))
     prompts = sharegpt_prompts(tok, a.dataset, a.max_prompt_tokens)
     build(a.out, model, recipe, prompts, prompts.total, tokens=a.tokens, max_shards=a.max_shards)
-    print(json.dumps(summary(a.out)))
+    stats = {**summary(a.out), "recipe": dataclasses.asdict(recipe), "goal_tokens": a.tokens}
+    if a.stats_out:
+        from .records import write_json
+        write_json(a.stats_out, stats)
+    print(json.dumps(stats))
 
 
 if __name__ == "__main__":
