@@ -42,5 +42,6 @@ rule summary:
     input: [f for f in all_targets() if f.endswith(".md")]
     output: f"{ROOT}/SUMMARY.md"
     log: f"{LOGS}/summary.log"
+    conda: "../env.yml"
     params: py=PY
     shell: "{params.py} -m common.summary {input} --out {output} > {log} 2>&1"
