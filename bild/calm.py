@@ -14,7 +14,7 @@ The ``calm`` decoder, as BiLD's appendix 7.2.1 configures CALM (greedy, batch 1)
 * its next token is the argmax of the final norm + LM head on the exited state (one head
   shared by every exit; trained with CALM's weighted loss by :mod:`bild.exits`);
 * *state propagation*: each skipped layer ``j > i`` gets the keys/values the exited state would
-  give it had it entered that layer (:func:`common.forward.append_layer_kv`), so later tokens
+  give it had it entered that layer (:meth:`common.target.CausalTarget.append_layer_kv`), so later tokens
   that run deeper attend to every position at every layer.
 
 ``threshold=1, tau=0`` never exits early: the output is the model's greedy output (a test).
@@ -27,7 +27,7 @@ import torch
 
 from common.decoders.base import DecodeOutput, Decoder, Option
 from common.errors import UserError
-from common.forward import append_layer_kv, embed, logits_from_hidden, num_layers, rotary, run_layers
+from common.forward import embed, logits_from_hidden, num_layers, rotary
 
 
 def decaying_threshold(threshold: float, tau: float, t: int, max_len: int) -> float:
@@ -69,20 +69,20 @@ class Calm(Decoder):
 
     def step(self, token: int, lam: float) -> tuple[torch.Tensor, int]:
         """Feed one committed token; returns its ``[V]`` next-token logits and its exit depth."""
-        model, cache = self.model, self.target.cache
+        model, target = self.model, self.target
         pos = torch.tensor([[self.target.length]], device=self.device)
         h = embed(model, torch.tensor([[token]], device=self.device))        # [1, 1, H]
         pe = rotary(model, h, pos)  # once per token, not once per layer
         depth = 0
         while depth < self.depth:
-            out = run_layers(model, h, cache, depth, depth + 1, pos, position_embeddings=pe)
+            out = target.run_layers(h, depth, depth + 1, pos, position_embeddings=pe)
             depth += 1
             leave = self.exits(depth, h, out, lam)
             h = out
             if leave:
                 break
         if depth < self.depth:  # state propagation to the skipped layers' caches
-            append_layer_kv(model, cache, range(depth, self.depth), h, pos, pe)
+            target.append_layer_kv(range(depth, self.depth), h, pos, pe)
         return logits_from_hidden(model, h)[0, -1], depth
 
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:

@@ -38,33 +38,58 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from enum import Enum
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from common.checkpoints import fingerprint
 from common.errors import UserError, check_range, cli_main
 from common.forward import check_layer, num_layers
 from common.medusa import layer_inputs
 from common.records import write_json
-from common.teacher import TeacherData
-from common.training import Stopping, TrainConfig, fingerprint, run_summary, train
+from common.teacher import HardLabels, TeacherData
+from common.training import Stopping, TrainConfig, run_summary, train
 
-LOSSES = ("bild", "calm")
-LABELS = ("text", "greedy")
+LABELS = ("text", "greedy")  # HardLabels' values, the CLI's default first
+
+
+class ExitLoss(str, Enum):
+    """How the shared exit head weighs its exits (a ``str`` enum: the value is what flags,
+    stats and checkpoints store)."""
+    BILD = "bild"  # BiLD's early exit: the small model's depth and the last layer, half each
+    CALM = "calm"  # CALM: every layer, weight proportional to its depth
+
+    @classmethod
+    def parse(cls, value) -> "ExitLoss":
+        try:
+            return cls(value)
+        except ValueError:
+            raise UserError(f"loss {value!r} is unknown; valid: {', '.join(m.value for m in cls)}") from None
+
+    @property
+    def takes_exit_layer(self) -> bool:
+        """Whether the loss needs ``--exit-layer`` (the one early exit it trains)."""
+        return self is ExitLoss.BILD
+
+    def weights(self, depth: int, exit_layer: int | None = None) -> dict[int, float]:
+        """``{exit depth (layers run): weight}`` over a ``depth``-layer model."""
+        if self is ExitLoss.BILD:
+            if exit_layer is None or not 1 <= exit_layer < depth:
+                raise UserError(f"--exit-layer {exit_layer} is out of range; valid: 1..{depth - 1} (below the "
+                                f"model's {depth} layers)")
+            return {exit_layer: 0.5, depth: 0.5}
+        total = depth * (depth + 1) / 2
+        return {i: i / total for i in range(1, depth + 1)}
+
+
+LOSSES = tuple(m.value for m in ExitLoss)
 
 
 def exit_weights(loss: str, depth: int, exit_layer: int | None = None) -> dict[int, float]:
     """``{exit depth (layers run): weight}`` of a loss over a ``depth``-layer model."""
-    if loss == "bild":
-        if exit_layer is None or not 1 <= exit_layer < depth:
-            raise UserError(f"--exit-layer {exit_layer} is out of range; valid: 1..{depth - 1} (below the model's "
-                            f"{depth} layers)")
-        return {exit_layer: 0.5, depth: 0.5}
-    if loss == "calm":
-        total = depth * (depth + 1) / 2
-        return {i: i / total for i in range(1, depth + 1)}
-    raise UserError(f"loss {loss!r} is unknown; valid: {', '.join(LOSSES)}")
+    return ExitLoss.parse(loss).weights(depth, exit_layer)
 
 
 class ExitHead(nn.Module):
@@ -121,9 +146,7 @@ def train_positions(data: TeacherData, per_sequence: int | None, seed: int = 0) 
 def exit_labels(data: TeacherData, positions: torch.Tensor, labels: str) -> torch.Tensor:
     """``[P]`` the token each of ``positions`` is trained to predict: the text's next token or
     the model's greedy one."""
-    if labels not in LABELS:
-        raise UserError(f"labels={labels!r} is unknown; valid: {', '.join(LABELS)}")
-    return (data.argmax[positions] if labels == "greedy" else data.ids[positions + 1]).long()
+    return HardLabels.parse(labels).at(data, positions)
 
 
 def exit_states(model, data: TeacherData, weights: dict[int, float], positions: torch.Tensor) -> torch.Tensor:
@@ -201,9 +224,11 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
     answer positions of the held-out corpus."""
     out_dir = Path(out_dir)
     d = num_layers(model)
-    weights = exit_weights(loss, d, exit_layer)
-    if loss == "bild":
+    kind = ExitLoss.parse(loss)
+    weights = kind.weights(d, exit_layer)
+    if kind.takes_exit_layer:
         check_layer(model, exit_layer, "--exit-layer")
+    exit_layer = exit_layer if kind.takes_exit_layer else None
     stop = dataclasses.replace(stop or Stopping(eval_every=50), metric="heldout_score")
     tr, held = teacher["train"], teacher["heldout"]
     t0 = time.perf_counter()
@@ -213,7 +238,7 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
     states, hstates = exit_states(model, tr, weights, pos), exit_states(model, held, weights, hpos)
     states_wall = round(time.perf_counter() - t0, 1)
     head = ExitHead(model)
-    meta = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "labels": labels,
+    meta = {"loss": kind.value, "exit_layer": exit_layer, "labels": labels,
             "per_sequence": per_sequence, **fingerprint(model), "teacher": teacher["key"]}
     curve_file = out_dir / "curve.jsonl"
     log = train(head, list(range(y.numel())), exit_loss(states, y, weights), cfg,
@@ -223,7 +248,7 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
     model.save_pretrained(out_dir / "model")
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir / "model")
-    stats = {"loss": loss, "exit_layer": exit_layer if loss == "bild" else None, "layers": d,
+    stats = {"loss": kind.value, "exit_layer": exit_layer, "layers": d,
              "exit_depths": sorted(weights), "weights": [weights[k] for k in sorted(weights)], "labels": labels,
              "per_sequence": per_sequence, "train_positions": y.numel(), "batch_positions": cfg.batch_size,
              "trained_params": sum(p.numel() for p in head.parameters()), "frozen_trunk": True,
@@ -236,7 +261,7 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
 
 def _main(argv=None) -> None:
     from common import teacher
-    from common.training import component_main
+    from common.train_cli import component_main
 
     def add_args(ap):
         ap.add_argument("--loss", required=True, choices=LOSSES,
@@ -252,13 +277,14 @@ def _main(argv=None) -> None:
         if a.per_sequence is not None:
             check_range("--per-sequence", a.per_sequence, 1)
         check_range("--eval-positions", a.eval_positions, 1)
-        if a.loss == "bild" and a.exit_layer is None:
-            raise UserError("--loss bild needs --exit-layer k (the small model's depth)")
-        if a.loss == "calm" and a.exit_layer is not None:
-            raise UserError("--loss calm weighs every layer; it takes no --exit-layer")
+        kind = ExitLoss.parse(a.loss)
+        if kind.takes_exit_layer and a.exit_layer is None:
+            raise UserError(f"--loss {kind.value} needs --exit-layer k (the small model's depth)")
+        if not kind.takes_exit_layer and a.exit_layer is not None:
+            raise UserError(f"--loss {kind.value} weighs every layer; it takes no --exit-layer")
 
     def check_model(a, model):
-        if a.loss == "bild":
+        if ExitLoss.parse(a.loss).takes_exit_layer:
             check_layer(model, a.exit_layer, "--exit-layer")
 
     def run(a, model, tok, data, cfg, stop):

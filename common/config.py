@@ -311,10 +311,21 @@ def group_config(profile: Profile, group: str) -> dict:
     return labels_config(profile, profile.cross.groups[group])
 
 
+def component_ref(value) -> str | None:
+    """The trained component a decoder option value names: a value that is exactly
+    ``"{name}"`` with ``name`` in :data:`COMPONENTS` (the workflow puts the component's folder
+    there); None for any other value."""
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}") and value[1:-1] in COMPONENTS:
+        return value[1:-1]
+    return None
+
+
 def cross_components(profile: Profile) -> list[str]:
-    """The trained components (``medusa``, ``draft``) that some benchmark group's options name."""
-    text = json.dumps([group_config(profile, g) for g in profile.cross.groups])
-    return [c for c in COMPONENTS if "{" + c + "}" in text]
+    """The trained components (``medusa``, ``draft``) that some benchmark group's options name
+    (:func:`component_ref`), in :data:`COMPONENTS` order."""
+    named = {component_ref(v) for g in profile.cross.groups for opts in group_config(profile, g).values()
+             for v in opts.values()}
+    return [c for c in COMPONENTS if c in named]
 
 
 def cross_joins(profile: Profile) -> dict[str, dict]:

@@ -25,7 +25,9 @@ import torch
 from tqdm import tqdm
 
 from .errors import UserError, cli_main
+from .fast import stock_copy
 from .hardware import code_version, describe
+from .models import load_model
 from .records import JsonlWriter
 from .target import make_target
 from .tree import build_tree, chain_paths
@@ -101,8 +103,6 @@ def _positive_ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> None:
-    from .models import load_model
-
     ap = argparse.ArgumentParser(description="measure the verification forward's cost T(q) for q new tokens")
     ap.add_argument("--model", required=True)
     ap.add_argument("--q", default="1,2,4,8,16,32,64", help="comma-separated new-token counts")
@@ -135,7 +135,6 @@ def main(argv=None) -> None:
         raise UserError(f"--context {a.context} + q {max(qs)} exceeds the model's {limit} positions")
     meta = {"model": a.model, "device": describe(a.device), "dtype": a.dtype, "profile": a.profile,
             "threads": torch.get_num_threads(), "code_version": code_version()}
-    from .fast import stock_copy
     models = {p: (model if p == "fast" or "fast" not in paths else stock_copy(model)) for p in paths}
     rows = cost_curve(models, qs, a.context, a.rounds)
     with JsonlWriter(a.out) as w:

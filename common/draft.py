@@ -19,11 +19,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from . import teacher as teacher_cache
 from .errors import UserError, check_range, cli_main
 from .forward import num_layers
 from .models import param_count
-from .teacher import TeacherData
 from .records import write_json
+from .teacher import HardLabels, TeacherData
+from .train_cli import component_main
 from .training import Stopping, TrainConfig, run_summary, train
 
 
@@ -84,6 +86,7 @@ def hard_loss(data: TeacherData, labels: str):
     text's next token, ShareGPT's reference reply (BiLD's *unaligned* small model, trained on
     the task's references as the paper fine-tunes its small models).
     """
+    kind = HardLabels.parse(labels)
     answer = torch.zeros(data.n_tokens, dtype=torch.bool)
     answer[data.answer_positions()] = True
 
@@ -93,7 +96,7 @@ def hard_loss(data: TeacherData, labels: str):
         ok[ok.clone()] = answer[flat[ok]]
         logits = draft(input_ids=ids).logits[ok.to(draft.device)].float()
         f = flat[ok]
-        y = data.argmax[f].long() if labels == "greedy" else data.ids[f + 1].long()
+        y = kind.at(data, f)
         return nn.functional.cross_entropy(logits, y.to(logits.device))
     return loss
 
@@ -166,9 +169,6 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
 
 
 def _main(argv=None) -> None:
-    from . import teacher
-    from .training import component_main
-
     def add_args(ap):
         ap.add_argument("--layers", type=int, default=4)
         ap.add_argument("--labels", default="topk", choices=LABELS,
@@ -179,7 +179,7 @@ def _main(argv=None) -> None:
         return distill(model, data, a.layers, a.out, cfg, tok, stop, a.curve_out, a.labels)
 
     component_main("distill a draft model from the target's first layers on the teacher cache", add_args, run,
-                   (teacher.add_args, teacher.from_args), argv, lr=5e-4, batch_size=4)
+                   (teacher_cache.add_args, teacher_cache.from_args), argv, lr=5e-4, batch_size=4)
 
 
 if __name__ == "__main__":

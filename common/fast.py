@@ -1,8 +1,8 @@
 """The fast forward path every decoder runs (vanilla included): the hardware's limit, not the library's.
 
 On the 2-core CPU in fp32 a verification forward over q <= 8 tokens is bound by reading the
-weights once, yet the stock path paid ~1.5x a single step for it (``docs/transformers-notes.md``
-§8). Three causes, three fixes, each exact up to fp32 rounding and none forking model code:
+weights once, yet the stock path paid ~1.5x a single step for it (``docs/transformers-notes.md``,
+"Speed and precision on 2 CPU cores"). Three causes, three fixes, each exact up to fp32 rounding and none forking model code:
 
 * **Prepacked linear layers** (:class:`PackedLinear`): MKL's small-M GEMM repacks the weight
   matrix on every call; oneDNN keeps a packed copy made once. The dense ``weight`` stays as
@@ -250,7 +250,7 @@ def accelerate(model, pack: bool | None = None):
         if type(head) is nn.Linear:
             model.lm_head = PackedLinear(head)
             packed += 1
-        elif head is not None:  # a head module holding linears (common.reduced_vocab.ReducedHead)
+        elif head is not None:  # a head module holding linears (common.reduced_head.ReducedHead)
             packed += pack_linears(head)
     if getattr(model.config, "_attn_implementation", None) in ("sdpa", None):
         model.set_attn_implementation(ATTENTION)

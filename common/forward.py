@@ -5,7 +5,7 @@ Methods need more than ``model(input_ids)``: pipelined decoding runs layers ``[0
 ancestor mask, prompt decoding appends trained embeddings as extra positions, FIRP injects
 predicted hidden states at middle layers. :func:`run_layers` drives the model's own decoder
 layers with an explicit 4D mask and explicit position ids (single-token steps without a mask
-are bitwise equal to ``model(...)``; chunks with a mask agree to ~1e-5, ``docs/transformers.md``);
+are bitwise equal to ``model(...)``; chunks with a mask agree to ~1e-5, ``docs/transformers-notes.md``, "Running a range of layers");
 :func:`verify_forward` builds on it for the verification forward with :class:`Injection`\\ s.
 Masks are always arguments, never model attributes. Prefill and single-token decoding steps
 go through ``model(...)`` itself (:mod:`common.target`), which is what a strong baseline runs.
@@ -15,6 +15,7 @@ Supported: decoder-only models exposing ``model.model.layers``, ``model.model.no
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -181,7 +182,8 @@ def _append_rows(allow: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _check_context(model, pos: torch.Tensor) -> None:
+def check_context(model, pos: torch.Tensor) -> None:
+    """Refuse positions ``pos`` (any shape) beyond the model's context (``max_position_embeddings``)."""
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and int(pos.max()) >= limit:
         raise UserError(f"verification positions reach {int(pos.max())}, beyond the model's context of "
@@ -222,7 +224,7 @@ def verify_forward(model, cache, node_tokens: torch.Tensor, node_allow: torch.Te
             hidden = torch.cat([hidden, states.to(hidden.dtype)[None]], dim=1)
             pos = torch.cat([pos, inj.position_ids.to(dev)[None]], dim=1)
             allow = _append_rows(allow, inj.allow.to(dev))
-        _check_context(model, pos)
+        check_context(model, pos)
         if start in capture:
             captured[start] = hidden[0]
         hidden = run_layers(model, hidden, cache, start, end, pos, allow)
@@ -271,8 +273,6 @@ def layer_kv(model, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor
         forward hands them to ``cache.update`` (LLaMA-style layers: input norm, k/v
         projections, optional per-head ``k_norm``, rotary embeddings).
     """
-    import sys
-
     m = _backbone(model)
     block = m.layers[layer]
     attn = block.self_attn

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import threading
 from pathlib import Path
 
@@ -51,8 +52,6 @@ def code_version() -> str:
     files (anything outside ``results/``) differ from it; ``unknown`` outside a git checkout.
     The environment variable ``CODE_VERSION``, when set, names the commit instead: a copy of the
     tree sent elsewhere (the lent GPU machine) may carry no git folder, or a stale one."""
-    import subprocess
-
     if os.environ.get("CODE_VERSION"):
         return os.environ["CODE_VERSION"]
     root = Path(__file__).resolve().parent.parent
@@ -75,7 +74,7 @@ def _rss() -> int:
         with open("/proc/self/statm", "rb") as fh:
             return int(fh.read().split()[1]) * _PAGE
     except OSError:
-        import psutil
+        import psutil  # only off Linux (no /proc): not imported where it is never needed
 
         return psutil.Process().memory_info().rss
 
@@ -123,3 +122,8 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
         self._sample()
+
+
+def provenance(model_name: str, device: str = "cpu") -> dict:
+    """What a stats file says about where it was made (read by the components notebook)."""
+    return {"model": model_name, "hardware": describe(device), "code_version": code_version()}

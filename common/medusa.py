@@ -16,25 +16,29 @@ writes ``heads.pt`` (checkpoint), ``curve.jsonl`` (held-out loss and top-1 per h
 ``stats.json`` (top-k accuracy per head and rank on held-out answers, wall times, parameter
 count) and ``tree_16.json``, ``tree_32.json``, ``tree_63.json`` (best sparse trees for those
 accuracies, :mod:`common.tree_search`).
-Decoder ``medusa`` verifies the heads' candidates with the tree loop.
+Decoder ``medusa`` (:mod:`common.decoders.medusa`) verifies the heads' candidates with the tree loop.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from enum import Enum
 from pathlib import Path
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from .decoders.base import Option
-from .decoders.tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
+from . import teacher as teacher_cache
+from .checkpoints import fingerprint
 from .errors import UserError, check_layers, check_range, cli_main
-from .teacher import TeacherData
+from .fast import PackedLinear, pack_linears
+from .forward import final_norm, layer_states, num_layers
 from .records import read_jsonl, write_json, write_jsonl
-from .training import Stopping, TrainConfig, fingerprint, load_trained, save_trained, train
-from .tree import chain_paths, load_tree, save_tree
+from .teacher import TeacherData
+from .train_cli import component_main
+from .training import Stopping, TrainConfig, train
+from .tree import save_tree
 from .tree_search import best_tree, expected_accept_length
 
 TREE_SIZES = (16, 32, 63)
@@ -108,8 +112,6 @@ class MedusaHeads(nn.Module):
         fast = getattr(model, "_fast_path", None)
         if not fast or not fast.get("packed"):
             return self
-        from .fast import PackedLinear, pack_linears
-
         if self.out is None:
             if isinstance(model.lm_head, PackedLinear) and model.lm_head.weight is not None \
                     and model.lm_head.weight.data_ptr() == self.shared_weight.data_ptr():
@@ -134,8 +136,7 @@ def head_labels(data: TeacherData, positions: torch.Tensor, n_heads: int, source
 
     On the greedy held-out corpus the three coincide up to rounding.
     """
-    if source not in LABELS:
-        raise UserError(f"labels={source!r} is unknown; valid: {', '.join(LABELS)}")
+    kind = HeadLabels.parse(source)
     seq = torch.searchsorted(data.offsets, positions, right=True) - 1
     end = data.offsets[seq + 1]  # [P] one past each position's sequence
     out = torch.full((n_heads, positions.numel()), -100, dtype=torch.long)
@@ -143,17 +144,44 @@ def head_labels(data: TeacherData, positions: torch.Tensor, n_heads: int, source
     follows = torch.zeros(data.n_tokens + 1, dtype=torch.bool)  # follows[j]: ids[j + 1] == argmax[j]
     follows[:-2] = data.ids[1:] == data.argmax[:-1]
     for k in range(n_heads):
-        j = positions + k + (2 if source == "text" else 1)
+        j = positions + k + kind.offset
         ok = j < end
-        if source == "greedy":
+        if kind.on_greedy_path:
             on_path &= follows[(positions + k).clamp(max=data.n_tokens)] & ok
             ok = on_path
-        src = data.ids if source == "text" else data.argmax
-        out[k, ok] = src[j[ok]].long()
+        out[k, ok] = kind.tokens(data)[j[ok]].long()
     return out
 
 
-LABELS = ("teacher", "greedy", "text")
+class HeadLabels(str, Enum):
+    """Where head ``k``'s label at position ``t`` comes from (:func:`head_labels`; a ``str``
+    enum: its values are the ``--labels`` choices stored in stats and checkpoints)."""
+    TEACHER = "teacher"  # the model's greedy token argmax[t + k + 1], everywhere
+    GREEDY = "greedy"    # the same, only where the text followed the model's greedy path
+    TEXT = "text"        # the text's token ids[t + k + 2]
+
+    @classmethod
+    def parse(cls, value) -> "HeadLabels":
+        try:
+            return cls(value)
+        except ValueError:
+            raise UserError(f"labels={value!r} is unknown; valid: {', '.join(m.value for m in cls)}") from None
+
+    @property
+    def offset(self) -> int:
+        """``j - t - k``: the text's token sits one further than the model's prediction of it."""
+        return 2 if self is HeadLabels.TEXT else 1
+
+    @property
+    def on_greedy_path(self) -> bool:
+        return self is HeadLabels.GREEDY
+
+    def tokens(self, data: TeacherData) -> torch.Tensor:
+        """``[N]`` what index ``j`` reads: the text's ids or the model's greedy tokens."""
+        return data.ids if self is HeadLabels.TEXT else data.argmax
+
+
+LABELS = tuple(m.value for m in HeadLabels)
 
 
 class HeadData:
@@ -200,8 +228,6 @@ def layer_inputs(model, data: TeacherData, layers: list[int], batch_size: int = 
         ``[len(layers), P, H]`` in ``dtype`` (P = ``data.n_tokens`` when ``positions`` is None),
         rows in the order of ``positions``.
     """
-    from .forward import final_norm, layer_states
-
     keep = torch.arange(data.n_tokens) if positions is None else positions.long()
     row = torch.full((data.n_tokens,), -1, dtype=torch.long)
     row[keep] = torch.arange(keep.numel())
@@ -315,8 +341,6 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
         raise UserError(f"train_vocab={train_vocab!r} is unknown; valid: labels, full")
     stop = stop or Stopping(eval_every=50)
     if layers is not None:
-        from .forward import num_layers
-
         if len(layers) != n_heads:
             raise UserError(f"{len(layers)} input layers for {n_heads} heads; valid: one layer per head")
         check_layers(layers, num_layers(model), "early-exit layer")
@@ -377,77 +401,7 @@ def heads_meta(model, n_heads: int, share_lm_head: bool) -> dict:
     return {**fingerprint(model), "n_heads": n_heads, "share_lm_head": share_lm_head}
 
 
-class MedusaProposer(Proposer):
-    """Candidates: the heads' top-k at each depth below the root, arranged as the tree."""
-
-    needs_hidden = True
-
-    def __init__(self, heads: MedusaHeads, tree):
-        self.heads, self.tree = heads, tree
-        self.width = int(tree.rank.max()) + 1
-
-    def propose(self, state: ProposerState) -> Proposal:
-        logits = self.heads(state.hidden[0, -1])  # [K, V]: depth k+1 below the root
-        topk = logits[: self.tree.max_depth].topk(self.width, dim=-1).indices
-        return Proposal(self.tree, candidates_from_topk(self.tree, topk))
-
-
-class Medusa(TreeDecoder):
-    """Decoder ``medusa``: heads from ``heads`` (a folder written by :func:`train_heads`),
-    tree ``tree`` = one of 16/32/63 (the stored best tree) or a tree JSON path."""
-
-    name = "medusa"
-    default_sampling = "typical"
-
-    @classmethod
-    def options(cls) -> dict:
-        return {**super().options(), "heads": Option(None, (str, Path)),
-                "tree": tree_option(63, sizes=TREE_SIZES)}
-
-    @classmethod
-    def test_configs(cls, model, workdir):
-        """Random (untrained) heads: exactness must not depend on what the heads propose."""
-        out = []
-        for shared in (True, False):
-            folder = Path(workdir) / f"medusa_{'shared' if shared else 'own'}"
-            heads = new_heads(model, 3, shared)
-            with torch.no_grad():
-                for b in heads.blocks:  # untrained blocks are the identity; make them propose
-                    w = b.linear.weight  # drawn on the CPU: the same heads on every device
-                    w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
-            save_trained(heads, folder / "heads.pt", heads_meta(model, 3, shared))
-            save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), *chain_paths(3)])
-            out.append({"heads": str(folder), "tree": str(folder / "tree.json")})
-        return out
-
-    def __init__(self, model, tokenizer=None, **cfg):
-        super().__init__(model, tokenizer, **cfg)
-        def meta_for(meta):  # labels and train_vocab say how they were trained, not for which model
-            if "input_layers" in meta:
-                raise UserError(f"heads at {self.cfg['heads']} read layers {meta['input_layers']} (early-exit "
-                                "heads), not the last hidden state; valid: heads trained on the last hidden state "
-                                "(python -m common.medusa without layers)")
-            return {**heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))),
-                    **{k: meta[k] for k in ("labels", "train_vocab") if k in meta}}
-        folder, state = self.trained_component("heads", "heads.pt", "python -m common.medusa", meta_for)
-        meta = state["identity"]["meta"]
-        n_heads, shared = int(meta["n_heads"]), bool(meta["share_lm_head"])
-        self.heads = new_heads(model, n_heads, shared)
-        load_trained(self.heads, state)
-        self.heads.for_decoding(model)
-        t = self.cfg["tree"]
-        self.tree = load_tree(folder / f"tree_{t}.json" if isinstance(t, int) else t).to(self.device)
-        if self.tree.max_depth > n_heads:
-            raise UserError(f"tree depth {self.tree.max_depth} exceeds the {n_heads} Medusa heads")
-
-    def make_proposer(self, input_ids):
-        return MedusaProposer(self.heads, self.tree)
-
-
 def _main(argv=None) -> None:
-    from . import teacher
-    from .training import component_main
-
     def add_args(ap):
         ap.add_argument("--heads", type=int, default=4)
         ap.add_argument("--share-lm-head", action="store_true",
@@ -461,7 +415,7 @@ def _main(argv=None) -> None:
         print("held-out top-1 per head:", stats["heldout_top1"])
         return stats
 
-    component_main("train Medusa-1 heads on the teacher cache", add_args, run, (teacher.add_args, teacher.from_args),
+    component_main("train Medusa-1 heads on the teacher cache", add_args, run, (teacher_cache.add_args, teacher_cache.from_args),
                    argv, batch_size=256)
 
 

@@ -7,16 +7,23 @@ other registry name maps to a hub id (paper profile); a hub id or a local folder
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
+import shutil
+from importlib.metadata import entry_points
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .errors import UserError, unknown
+from .paths import REPO_ROOT, cache_root, checkpoint_dir  # noqa: F401  (re-exported: the workflow and tools import them from here)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# transformers (and common.fast, which imports its internals) is imported inside the functions
+# that build a model: the workflow imports this registry (MODELS) while planning every DAG, and
+# importing transformers costs seconds there.
+
 # Any one of these in a local model folder means a tokenizer was saved there.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -51,15 +58,6 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def cache_root() -> Path:
-    """Git-ignored folder for converted checkpoints and trained components."""
-    return Path(os.environ.get("REPRO_CACHE_DIR", REPO_ROOT / ".cache"))
-
-
-def checkpoint_dir(name: str) -> Path:
-    return cache_root() / "models" / name
-
-
 def _gguf_path(spec: ModelSpec, name: str) -> Path:
     found = importlib.util.find_spec(spec.package)
     if found is None or not found.submodule_search_locations:
@@ -91,7 +89,6 @@ def convert_embedded(name: str, out_dir: Path | None = None) -> Path:
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     if out.exists():
-        import shutil
         shutil.rmtree(out)
     tmp.rename(out)
     return out
@@ -137,6 +134,18 @@ def resolve(name: str) -> str:
     raise unknown("model", name, list(MODELS) + ["<hub org/name>", "<local folder>"])
 
 
+LOAD_HOOKS = "decoding_repro.load_hooks"
+
+
+def load_hooks() -> list:
+    """The functions ``(model, folder) -> None`` that :func:`load_model` runs on each model it
+    loads, before moving it to its device: a component variant saved as an ordinary checkpoint
+    plus a file of its own (a sidecar) registers one under the entry-point group
+    ``decoding_repro.load_hooks`` (``pyproject.toml``), so loading knows no variant. In name
+    order, so every load applies them alike."""
+    return [ep.load() for ep in sorted(entry_points(group=LOAD_HOOKS), key=lambda e: e.name)]
+
+
 def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str = "sdpa", fast: bool = False):
     """Load ``(model, tokenizer)`` in eval mode.
 
@@ -162,8 +171,8 @@ def load_model(name: str, dtype: str = "float32", device: str = "cpu", attn: str
             raise UserError(f"model {name!r} ({src}) is not available offline; it needs the hub "
                             f"(paper profile, HF_HUB_OFFLINE=0); embedded: {', '.join(embedded_models())}") from e
         raise UserError(f"model {name!r} ({src}) could not be loaded: {e}".splitlines()[0]) from e
-    from .reduced_vocab import apply_sidecar
-    apply_sidecar(model, src)  # a draft saved with a reduced-vocabulary head (common.reduced_vocab)
+    for hook in load_hooks():
+        hook(model, src)  # e.g. a draft saved with a reduced-vocabulary head (common.reduced_head)
     model = model.to(device).eval()
     if fast:
         from .fast import accelerate
@@ -195,26 +204,6 @@ def tiny_llama(seed: int = 0, layers: int = 4, vocab: int = 96, hidden: int = 64
     return model
 
 
-def param_count(module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def _main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="convert an embedded model to safetensors")
-    ap.add_argument("action", choices=["convert"])
-    ap.add_argument("name")
-    ap.add_argument("--out", type=Path)
-    a = ap.parse_args()
-    print(convert_embedded(a.name, a.out))
-
-
-if __name__ == "__main__":
-    from .errors import cli_main
-    cli_main(_main)
-
-
 def tiny_t5(seed: int = 0, layers: int = 2, vocab: int = 96, d_model: int = 32, heads: int = 4):
     """A tiny randomly initialized T5 (fp32, untied head) for encoder-decoder mechanics tests.
 
@@ -234,3 +223,22 @@ def tiny_t5(seed: int = 0, layers: int = 2, vocab: int = 96, d_model: int = 32, 
             if name.startswith("decoder.") and ("SelfAttention" in name or "DenseReluDense" in name):
                 p.mul_(3.0)
     return model
+
+
+def param_count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _main() -> None:
+    ap = argparse.ArgumentParser(description="convert an embedded model to safetensors")
+    ap.add_argument("action", choices=["convert"])
+    ap.add_argument("name")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    print(convert_embedded(a.name, a.out))
+
+
+if __name__ == "__main__":
+    from .errors import cli_main
+    cli_main(_main)
+

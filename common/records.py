@@ -8,6 +8,7 @@ stay out of the tables.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,6 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable
+
+from .errors import UserError
+from .paths import cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 EXPLORATORY_ENV = "REPRO_EXPLORATORY"
@@ -62,8 +66,6 @@ def traced_path(path: Path) -> Path:
         return path
     dirty = uncommitted_code(REPO)
     if dirty:
-        from .errors import UserError
-
         shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         raise UserError(f"refusing to write {path}: tracked code has uncommitted changes ({shown}), so no commit "
                         f"would reproduce these records; commit them first, or set {EXPLORATORY_ENV}=1 for an "
@@ -148,18 +150,12 @@ class ResumeLog:
     def for_output(cls, out, identity: dict) -> "ResumeLog":
         """The log of a run writing ``out``: ``<cache>/resume/<sha1(abs out)[:12]>_<name>``, one per
         final path, outside ``results/`` (nothing partial at a final path); ``identity`` gains ``out``."""
-        import hashlib
-
-        from .models import cache_root  # lazy: records stays importable without transformers
-
         out = str(Path(out).resolve())
         path = cache_root() / "resume" / f"{hashlib.sha1(out.encode()).hexdigest()[:12]}_{Path(out).name}"
         return cls(path, {**identity, "out": out})
 
     def load(self) -> dict:
         """``{key: records}`` of the completed units (empty for a fresh run); starts the log."""
-        from .errors import UserError
-
         done: dict = {}
         if self.path.is_file():
             lines = self.path.read_text().splitlines()

@@ -14,7 +14,8 @@ dtype's lowest value, so their probability is exactly 0 and no ``0 * -inf`` aris
 decoder and check that expects the target's vocabulary takes the reduced draft unchanged.
 
 A reduced draft is an ordinary checkpoint plus ``reduced_vocab.json`` (the kept ids) in its
-folder; :func:`common.models.load_model` applies it on load.
+folder; the head and that sidecar are :mod:`common.reduced_head` (what model loading applies,
+through a load hook); this module chooses the kept ids and writes the folder.
 
     python -m common.reduced_vocab --model .cache/components/embedded/bild_small_aligned/model \
         --teacher .cache/components/embedded/teacher.pt --labels greedy --keep 8192 \
@@ -27,65 +28,15 @@ import shutil
 from pathlib import Path
 
 import torch
-from torch import nn
+from transformers import AutoConfig
 
+from .checks import ArgumentParser, check_out_path
 from .errors import UserError, check_range, cli_main
+from .records import write_json
+from .reduced_head import SIDECAR, ReducedHead, apply_sidecar, reduce_vocab  # noqa: F401  (the head this CLI builds)
+from .teacher import HardLabels, read_cache
 
-SIDECAR = "reduced_vocab.json"
-LABELS = ("greedy", "text")
-
-
-class ReducedHead(nn.Module):
-    """LM head over the vocabulary subset ``keep``.
-
-    ``forward``: ``[..., H]`` hidden states -> ``[..., V]`` logits, the kept tokens' from
-    ``proj`` (``[K, H]``, the original head's rows) and every other token's the dtype's minimum.
-    """
-
-    def __init__(self, head: nn.Linear, keep: torch.Tensor):
-        super().__init__()
-        self.vocab = head.out_features
-        self.proj = nn.Linear(head.in_features, keep.numel(), bias=head.bias is not None,
-                              device=head.weight.device, dtype=head.weight.dtype)
-        with torch.no_grad():
-            self.proj.weight.copy_(head.weight[keep])
-            if head.bias is not None:
-                self.proj.bias.copy_(head.bias[keep])
-        self.register_buffer("keep", keep.to(head.weight.device), persistent=False)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        sub = self.proj(hidden)                                            # [..., K]
-        out = sub.new_full((*sub.shape[:-1], self.vocab), torch.finfo(sub.dtype).min)
-        return out.index_copy_(-1, self.keep, sub)                         # [..., V]
-
-
-def reduce_vocab(model, keep: torch.Tensor):
-    """Replace ``model.lm_head`` (an ``nn.Linear``) by a :class:`ReducedHead` over ``keep``
-    (``[K]`` distinct token ids), in place; returns ``model``. The head is untied from the
-    input embeddings (it holds copies of the kept rows)."""
-    head = getattr(model, "lm_head", None)
-    if type(head) is not nn.Linear:
-        raise UserError(f"a reduced vocabulary needs a model with an nn.Linear lm_head, not {type(head).__name__}")
-    keep = torch.as_tensor(keep, dtype=torch.long).flatten()
-    v = head.out_features
-    if keep.numel() == 0 or keep.unique().numel() != keep.numel() or int(keep.min()) < 0 or int(keep.max()) >= v:
-        raise UserError(f"reduced vocabulary: the kept ids must be distinct ids in [0, {v}), at least one")
-    model.lm_head = ReducedHead(head, keep)
-    model.config.tie_word_embeddings = False
-    return model
-
-
-def apply_sidecar(model, folder) -> bool:
-    """Apply ``folder``'s ``reduced_vocab.json`` if it has one (what ``load_model`` calls)."""
-    path = Path(folder) / SIDECAR
-    if not path.is_file():
-        return False
-    try:
-        keep = json.loads(path.read_text())["keep"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: not a reduced-vocabulary file ({e}); expected {{\"keep\": [token ids]}}") from e
-    reduce_vocab(model, torch.tensor(keep, dtype=torch.long))
-    return True
+LABELS = tuple(m.value for m in HardLabels)
 
 
 def frequent_tokens(ids: torch.Tensor, k: int, vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
@@ -103,10 +54,7 @@ def frequent_tokens(ids: torch.Tensor, k: int, vocab: int, always: tuple[int, ..
 def label_tokens(data, labels: str) -> torch.Tensor:
     """The hard labels a small model was trained on at the answer positions of a teacher
     cache (:class:`common.teacher.TeacherData`): the target's greedy tokens or the text's."""
-    if labels not in LABELS:
-        raise UserError(f"labels={labels!r} is unknown; valid: {', '.join(LABELS)}")
-    pos = data.answer_positions()
-    return data.argmax[pos].long() if labels == "greedy" else data.ids[pos + 1].long()
+    return HardLabels.parse(labels).at(data, data.answer_positions())
 
 
 def coverage(ids: torch.Tensor, keep: torch.Tensor) -> float:
@@ -115,12 +63,6 @@ def coverage(ids: torch.Tensor, keep: torch.Tensor) -> float:
 
 
 def _main(argv=None) -> None:
-    from transformers import AutoConfig
-
-    from .checks import ArgumentParser, check_out_path
-    from .records import write_json
-    from .teacher import read_cache
-
     ap = ArgumentParser(prog="python -m common.reduced_vocab", description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, required=True, help="a trained draft's checkpoint folder")
     ap.add_argument("--teacher", type=Path, required=True, help="the teacher cache the draft was trained on")

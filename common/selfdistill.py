@@ -9,14 +9,17 @@ text starts after them.
 """
 from __future__ import annotations
 
+import argparse
 import inspect
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from .checks import check_device
 from .data import load_dataset_samples
-from .errors import UserError, check_range
+from .errors import UserError, check_range, cli_main
+from .models import load_model
 from .prompts import encode_prompt
 
 
@@ -80,11 +83,6 @@ def load_or_build(path: Path, model, tokenizer, **kw) -> list[dict]:
 
 
 def _main(argv=None) -> None:
-    import argparse
-
-    from .checks import check_device
-    from .models import load_model
-
     ap = argparse.ArgumentParser(description="build the self-distillation corpus (base model's greedy answers)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", type=Path, required=True)
@@ -104,5 +102,4 @@ def _main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .errors import cli_main
     cli_main(_main)

@@ -8,6 +8,17 @@ No decoder calls ``model(...)`` or builds a cache itself; it asks a :class:`Targ
   injects), logits of every node;
 * :meth:`~Target.accept` / :meth:`~Target.crop` - the cache reduced to what was accepted.
 
+Methods that split the layer stack (pipelined decoding, CALM, early exits, layer skipping) use
+:class:`CausalTarget`'s layer-level methods instead of the cache: :meth:`~CausalTarget.run_layers`
+(a layer range over given states), :meth:`~CausalTarget.append_layer_kv` (state propagation to
+skipped layers), :meth:`~CausalTarget.gather_kv` / :meth:`~CausalTarget.append_kv` (committed KV
+moved between processes), :meth:`~CausalTarget.layer_length`, and :meth:`~CausalTarget.fresh` (an
+empty cache for a worker that receives its prefix as KV). :class:`SharedCacheTarget` is a
+target on another target's cache (an early exit drafting for its own model).
+
+Every clock around a forward synchronizes a CUDA device first (kernels run asynchronously: an
+unsynchronized clock would time the launch, not the forward).
+
 :class:`CausalTarget` serves decoder-only LMs (every method). :class:`Seq2SeqTarget` serves
 encoder-decoders (BiLD's T5/mT5): the encoder runs once per prompt, the decoder starts from
 the decoder-start token, and only the decoder's self-attention cache is ever cropped (the
@@ -25,10 +36,10 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
-from .cache import accept_path, crop_to, seq_length
+from .cache import accept_path, append_kv, crop_to, gather_kv, seq_length
 from .errors import UserError
 from .fast import new_cache
-from .forward import Injection, Verified, verify_forward
+from .forward import Injection, Verified, append_layer_kv, run_layers, verify_forward
 from .tree import TreeBuffers
 
 KINDS = ("causal", "seq2seq")
@@ -63,10 +74,18 @@ class Target:
         if self.calls is not None:
             # args[0]: the ``[1, q]`` ids of a forward or the ``[q]`` nodes of a verification
             self.calls.append([self.length, int(args[0].shape[-1])])
-        t0 = time.perf_counter()
+        t0 = self._clock()
         out = fn(*args)
-        self.forwards, self.forward_s = self.forwards + 1, self.forward_s + time.perf_counter() - t0
+        self.forwards, self.forward_s = self.forwards + 1, self.forward_s + self._clock() - t0
         return out
+
+    def _clock(self) -> float:
+        """``time.perf_counter()`` once the device has finished its queued work: CUDA kernels
+        run asynchronously, so without a synchronize a forward's time is its launch time."""
+        device = self.device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
 
     @property
     def device(self) -> torch.device:
@@ -76,6 +95,11 @@ class Target:
     def length(self) -> int:
         """Positions held by the (self-attention) cache."""
         return 0 if self.cache is None else seq_length(self.cache)
+
+    @property
+    def started(self) -> bool:
+        """Whether a cache exists (after :meth:`start`, :meth:`begin` or ``fresh``)."""
+        return self.cache is not None
 
     def sequence(self, tokens: Sequence[int]) -> torch.Tensor:
         """``[1, L]`` ids the cache holds once ``tokens`` (new tokens, in order) are committed."""
@@ -171,12 +195,70 @@ class CausalTarget(Target):
 
     lazy_head = True
 
+    # -- layer-level access (methods that split the layer stack) --------------------------------
+    def fresh(self) -> None:
+        """An empty cache and no prompt: for a worker that receives its prefix as KV
+        (:meth:`append_kv`) instead of prefilling it."""
+        self.prompt = None
+        self.cache = new_cache(self.model)
+
+    def layer_length(self, layer: int) -> int:
+        """Positions the cache holds at decoder layer ``layer`` (layers may differ: a draft on
+        the first layers runs ahead of the rest, a skipped layer holds none)."""
+        return 0 if self.cache is None else self.cache.get_seq_length(layer_idx=layer)
+
+    def run_layers(self, hidden: torch.Tensor, start: int, end: int, position_ids: torch.Tensor,
+                   position_embeddings=None) -> torch.Tensor:
+        """Decoder layers ``[start, end)`` over ``hidden`` (``[1, q, H]``, the input of layer
+        ``start``) at ``position_ids`` (``[1, q]``), causally after what those layers cache,
+        appending to them; returns ``[1, q, H]`` (:func:`common.forward.run_layers`). Positions
+        are not checked against the context here (:func:`common.forward.check_context`, once per
+        step, is the caller's: a check per layer call would synchronize a GPU each time)."""
+        return run_layers(self.model, hidden, self.cache, start, end, position_ids,
+                          position_embeddings=position_embeddings)
+
+    def append_layer_kv(self, layers, hidden: torch.Tensor, position_ids: torch.Tensor,
+                        position_embeddings=None) -> None:
+        """Give each of ``layers`` (skipped by an early exit) the keys/values of input ``hidden``
+        (``[1, q, H]``) at ``position_ids``, as if it had entered them
+        (:func:`common.forward.append_layer_kv`)."""
+        append_layer_kv(self.model, self.cache, layers, hidden, position_ids, position_embeddings)
+
+    def gather_kv(self, layers: int, start: int, end: int) -> torch.Tensor:
+        """KV of positions ``[start, end)`` of layers ``[0, layers)``: ``[layers, 2, kvh, n, hd]``
+        fp32 (:func:`common.cache.gather_kv`: what pipelined decoding sends between workers)."""
+        return gather_kv(self.cache, layers, start, end)
+
+    def append_kv(self, kv: torch.Tensor) -> None:
+        """Append ``kv`` (``[layers, 2, kvh, n, hd]``, from :meth:`gather_kv`) to layers
+        ``[0, layers)``, in the model's dtype."""
+        append_kv(self.cache, kv, self.model.dtype)
+
     def _verify(self, tree_tokens, tree, injections, capture, head):
         past = self.length
         tree = tree.to(tree_tokens.device)
         v = verify_forward(self.model, self.cache, tree_tokens, tree.ancestor_mask, past + tree.depth,
                            injections, capture)
         return (self.model.lm_head(v.hidden) if head else None), v
+
+
+class SharedCacheTarget(CausalTarget):
+    """A causal target on ``owner``'s model and cache, never a cache of its own (an early exit
+    drafting for its own model: both append to one cache, at different layers). The owner
+    starts and ends each sequence; this target only extends it."""
+
+    def __init__(self, owner: Target):
+        self.owner, self.model = owner, owner.model
+        self.forwards, self.forward_s = 0, 0.0
+
+    cache = property(lambda self: self.owner.cache)
+    prompt = property(lambda self: self.owner.prompt)
+
+    def begin(self, prompt):
+        raise AssertionError("a target on a shared cache starts with its owner's sequence (owner.start first)")
+
+    def fresh(self) -> None:
+        raise AssertionError("a target on a shared cache has no cache of its own")
 
 
 class Seq2SeqTarget(Target):

@@ -18,17 +18,25 @@ The file is keyed by the model's fingerprint and every setting; a change rebuild
 """
 from __future__ import annotations
 
+import argparse
+import json
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from . import selfdistill
+from .checkpoints import fingerprint
+from .checks import check_device
 from .data import load_dataset_samples
 from .errors import UserError, check_range, cli_main
+from .hardware import provenance
+from .models import load_model
 from .prompts import encode_prompt
-from .training import fingerprint
+from .records import write_json
 
 VERSION = 1  # bump when the stored layout changes
 
@@ -69,6 +77,27 @@ class TeacherData:
         out = [torch.arange(a + int(p) - 1, b - 1) for (a, b), p in
                ((self.span(s), self.start[s]) for s in range(len(self)))]
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+
+
+class HardLabels(str, Enum):
+    """Which token a model trained on hard labels of the teacher cache learns to predict after a
+    position ``t`` (a ``str`` enum: its values are what flags, stats and checkpoints store)."""
+    GREEDY = "greedy"  # the base model's own greedy token there (BiLD's aligned small model)
+    TEXT = "text"      # the reference text's next token (BiLD's unaligned small model)
+
+    @classmethod
+    def parse(cls, value) -> "HardLabels":
+        """``value`` (a member or its name) as a member; UserError naming the valid ones."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise UserError(f"labels={value!r} is unknown; valid: {', '.join(m.value for m in cls)}") from None
+
+    def at(self, data: TeacherData, positions: torch.Tensor) -> torch.Tensor:
+        """``[P]`` long: the label of each flat position of ``data`` (``[P]``)."""
+        if self is HardLabels.GREEDY:
+            return data.argmax[positions].long()  # the model's prediction at t
+        return data.ids[positions + 1].long()     # the text at t + 1
 
 
 @torch.inference_mode()
@@ -148,8 +177,6 @@ def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_pr
         ``{"key", "train": TeacherData (ShareGPT text), "heldout": TeacherData (greedy
         continuations), "wall_s": {"heldout_corpus", "heldout_pass", "train_pass"}}``.
     """
-    from . import selfdistill
-
     key = {"version": VERSION, **fingerprint(model), "heldout_prompts": heldout_prompts,
            "answer_tokens": answer_tokens, "sequences": sequences, "max_len": max_len,
            "max_prompt_tokens": max_prompt_tokens, "topk": topk}
@@ -196,20 +223,7 @@ def from_args(a, model, tokenizer) -> dict:
                          a.sequences, a.max_len, a.max_prompt_tokens, a.topk)
 
 
-def provenance(model_name: str, device: str = "cpu") -> dict:
-    """What a stats file says about where it was made (read by the components notebook)."""
-    from .hardware import code_version, describe
-
-    return {"model": model_name, "hardware": describe(device), "code_version": code_version()}
-
-
 def _main(argv=None) -> None:
-    import argparse
-    import json
-
-    from .checks import check_device
-    from .models import load_model
-
     ap = argparse.ArgumentParser(description="build the teacher cache (one teacher-forced pass of the base model)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", type=int, default=None)
@@ -226,7 +240,6 @@ def _main(argv=None) -> None:
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
              "threads": torch.get_num_threads(), **provenance(a.model, a.device)}
     if a.stats_out:
-        from .records import write_json
         write_json(a.stats_out, stats)
     print(json.dumps(stats, indent=1))
 

@@ -13,10 +13,8 @@ continues it) and stops when the held-out metric flattens or a wall-time budget 
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +24,10 @@ import torch
 from tqdm import tqdm
 
 from .config import TrainConfig  # defined torch-free (the workflow builds it while planning)
+from .checkpoints import publish, run_path
+# Checkpoint identity lives in common.checkpoints; re-exported for the paper packages and tools
+# that still import it from the training loop.
+from .checkpoints import fingerprint, load_trained, read_trained, save_trained  # noqa: F401
 from .errors import UserError, check_range
 from .records import write_json, write_jsonl
 
@@ -92,27 +94,6 @@ class Stopping:
 def _scalar(v) -> float:
     """A metric that is a list (per head) is watched through its first entry (head 1)."""
     return float(v[0] if isinstance(v, (list, tuple)) else v)
-
-
-def run_path(ckpt_path: Path) -> Path:
-    """Where a run keeps its latest state: beside the final checkpoint, under a name no rule
-    declares. Snakemake deletes a job's outputs when the job starts, so a training interrupted
-    and rerun through the workflow still finds its state here and resumes; the final
-    checkpoint is published (hard-linked) from it when the run ends."""
-    ckpt_path = Path(ckpt_path)
-    return ckpt_path.with_name(ckpt_path.name + ".run")
-
-
-def _publish(work: Path, ckpt_path: Path) -> None:
-    """Make the finished run's state the final checkpoint, atomically (a hard link: no copy of
-    what may be gigabytes of optimizer state; a copy where links are not possible)."""
-    tmp = ckpt_path.with_name(ckpt_path.name + ".link")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(work, tmp)
-    except OSError:
-        shutil.copyfile(work, tmp)
-    os.replace(tmp, ckpt_path)
 
 
 def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.nn.Module, list], torch.Tensor],
@@ -188,7 +169,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
                     "wall_s": time.perf_counter() - t_start, "stopped": stopped, "done": done}, tmp)
         os.replace(tmp, work)
         if done:
-            _publish(work, ckpt_path)
+            publish(work, ckpt_path)
 
     def run_eval():
         module.eval()
@@ -239,7 +220,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
             save()
     bar.close()
     if not ckpt_path.is_file() and work.is_file():
-        _publish(work, ckpt_path)  # a finished run whose published checkpoint was deleted (a rerun)
+        publish(work, ckpt_path)  # a finished run whose published checkpoint was deleted (a rerun)
     module.eval()
     if log_path is not None:
         write_jsonl(log_path, log)
@@ -301,127 +282,7 @@ def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: l
     return stats
 
 
-def add_train_args(ap, lr: float, batch_size: int, eval_every: int, max_epochs: int = 20) -> None:
-    """The flags every component trainer takes (optimizer, early stopping, outputs, threads)."""
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", type=Path, required=True, help="output folder (checkpoint, curve, stats)")
-    ap.add_argument("--stats-out", type=Path, default=None, help="also copy stats.json here (results/)")
-    ap.add_argument("--curve-out", type=Path, default=None, help="the learning curve JSONL (results/)")
-    ap.add_argument("--max-epochs", type=int, default=max_epochs, help="upper bound; early stopping ends sooner")
-    ap.add_argument("--max-steps", type=int, default=None, help="upper bound on optimizer steps (quick runs)")
-    ap.add_argument("--batch-size", type=int, default=batch_size)
-    ap.add_argument("--lr", type=float, default=lr)
-    ap.add_argument("--eval-every", type=int, default=eval_every, help="steps between held-out evaluations")
-    ap.add_argument("--patience", type=int, default=3, help="evaluations looked back over")
-    ap.add_argument("--min-delta", type=float, default=0.005, help="flattening tolerance on the watched metric")
-    ap.add_argument("--wall-budget", type=float, default=None, help="seconds of training (and evaluation)")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--device", default="cpu", help="where the frozen model and the component train (cpu, cuda, cuda:N)")
-    ap.add_argument("--seed", type=int, default=0)
-
-
-def train_setup(a, warmup_frac: float = 0.02, schedule: str = "linear"):
-    """``(TrainConfig, Stopping)`` from :func:`add_train_args`' flags; sets threads and seed."""
-    if a.threads is not None:
-        check_range("--threads", a.threads, 1)
-        torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    cfg = TrainConfig(lr=a.lr, epochs=a.max_epochs, batch_size=a.batch_size, seed=a.seed,
-                      warmup_frac=warmup_frac, schedule=schedule, max_steps=a.max_steps)
-    stop = Stopping(eval_every=a.eval_every, patience=a.patience, min_delta=a.min_delta, wall_budget_s=a.wall_budget)
-    return cfg, stop
-
-
-def component_main(description: str, add_component_args, train_fn, data, argv=None, lr: float = 1e-3,
-                   batch_size: int = 4, eval_every: int = 50, warmup_frac: float = 0.02,
-                   schedule: str = "linear", check_args=None, check_model=None) -> None:
-    """The one command line of trained components: common flags, the frozen model, its
-    training data, early stopping, stats out.
-
-    Args:
-        add_component_args: ``(parser) -> None`` adds the component's own flags.
-        train_fn: ``(args, model, tokenizer, data, TrainConfig, Stopping) -> stats``.
-        data: ``(add_args, from_args)`` of the data source: :mod:`common.teacher`'s cache
-            (components read off final hidden states) or :mod:`common.seqtrain`'s greedy
-            sequences (components that run inside the forward).
-        check_args: ``(args) -> None`` validates the component's own flags before anything is
-            loaded (a bad value fails in a second, not after the corpus is built).
-        check_model: ``(args, model) -> None`` validates them against the loaded model, still
-            before the training data is built.
-    """
-    import argparse
-
-    from .checks import check_device
-    from .models import load_model
-    from .teacher import provenance
-
-    add_data_args, load_data = data
-    ap = argparse.ArgumentParser(description=description)
-    add_train_args(ap, lr=lr, batch_size=batch_size, eval_every=eval_every)
-    add_data_args(ap)
-    add_component_args(ap)
-    a = ap.parse_args(argv)
-    cfg, stop = train_setup(a, warmup_frac, schedule)
-    device = str(check_device(a.device))
-    if check_args:
-        check_args(a)
-    model, tok = load_model(a.model, device=device)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if check_model:
-        check_model(a, model)
-    stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
-    stats.update(provenance(a.model, device))
-    if a.stats_out:
-        write_json(a.stats_out, stats)
-    print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))
-
-
 def _fmt(v) -> str:
     return "[" + ", ".join(f"{x:.3f}" for x in v) + "]" if isinstance(v, (list, tuple)) else f"{v:.4f}"
 
 
-def fingerprint(model) -> dict:
-    """What a trained component is tied to: a checkpoint made for another base model (name,
-    depth, width or vocabulary) is refused when loaded."""
-    c = model.config
-    return {"base": Path(str(c.name_or_path)).name, "layers": c.num_hidden_layers,
-            "hidden": c.hidden_size, "vocab": c.vocab_size}
-
-
-def read_trained(ckpt_path: Path, hint: str = "train it first") -> dict:
-    """The state of a finished checkpoint (``identity``, ``module``, ...), read once."""
-    ckpt_path = Path(ckpt_path)
-    if not ckpt_path.is_file() and run_path(ckpt_path).is_file():
-        raise UserError(f"checkpoint {ckpt_path} is from an unfinished run ({run_path(ckpt_path)}); "
-                        "rerun training to resume it")
-    if not ckpt_path.is_file():
-        raise UserError(f"checkpoint {ckpt_path} does not exist; {hint}")
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: callers often read only the metadata
-    if not isinstance(state, dict) or "identity" not in state or "module" not in state:
-        raise UserError(f"{ckpt_path} is not a checkpoint written by common.training")
-    if not state.get("done"):
-        raise UserError(f"checkpoint {ckpt_path} is from an unfinished run; rerun training to resume it")
-    return state
-
-
-def load_trained(module: torch.nn.Module, ckpt, meta: dict | None = None) -> dict:
-    """Load a finished checkpoint (a path, or a state from :func:`read_trained`) into
-    ``module``; returns its identity (config, meta). ``meta`` must match the stored one."""
-    state = ckpt if isinstance(ckpt, dict) else read_trained(ckpt)
-    if meta is not None and state["identity"]["meta"] != meta:
-        raise UserError(f"checkpoint was trained for {state['identity']['meta']}, not {meta}")
-    module.load_state_dict(state["module"])
-    module.eval()
-    return state["identity"]
-
-
-def save_trained(module: torch.nn.Module, ckpt_path: Path, meta: dict) -> None:
-    """Store ``module`` as a finished checkpoint without training it (random components for
-    tests of the decoders that load them)."""
-    ckpt_path = Path(ckpt_path)
-    ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
-    torch.save({"identity": {"config": None, "meta": meta, "n_examples": 0}, "module": module.state_dict(),
-                "step": 0, "log": [], "done": True}, tmp)
-    os.replace(tmp, ckpt_path)

@@ -135,3 +135,26 @@ def load_tree(path: Path) -> TreeBuffers:
         return build_tree(data["paths"])
     except (ValueError, KeyError, TypeError) as e:
         raise UserError(f"tree file {str(p)!r} is malformed ({e}); expected {{'paths': [[0], [0, 1], ...]}}")
+
+
+def resolve_tree(value, max_depth: int, what: str, stored: Path | None = None) -> int | tuple[tuple[int, ...], ...]:
+    """A tree decoder's ``tree`` option, resolved once for every decoder.
+
+    Args:
+        value: a size (int) or a tree file (str / Path).
+        max_depth: the deepest path the decoder can fill (heads, prediction steps, prompt tokens).
+        what: the limit in words, for the error, e.g. ``"the 3 Medusa heads"``.
+        stored: a folder of stored trees ``tree_<size>.json``: a size then names one of them.
+            Without it a size is the decoder's own to build (returned as is).
+    Returns:
+        the size (an int), or the tree's paths (a tuple of rank tuples) from its file,
+        no deeper than ``max_depth``.
+    """
+    if isinstance(value, int) and stored is None:
+        return value
+    src = Path(stored) / f"tree_{value}.json" if isinstance(value, int) else Path(value)
+    paths = tuple(tuple(p) for p in load_tree(src).paths)
+    if max(map(len, paths), default=0) > max_depth:
+        raise UserError(f"tree {src} is {max(map(len, paths))} deep, deeper than {what} ({max_depth}); "
+                        "valid: a tree no deeper than that")
+    return paths

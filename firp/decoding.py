@@ -22,7 +22,7 @@ from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepRe
 from common.errors import UserError
 from common.forward import Injection, num_layers
 from common.training import fingerprint, load_trained, save_trained
-from common.tree import TreeBuffers, build_tree, load_tree
+from common.tree import TreeBuffers, build_tree, resolve_tree
 from common.tree_search import PRIOR_ACC, best_tree
 
 from .maps import FirpMaps
@@ -146,14 +146,11 @@ class Firp(TreeDecoder):
         self.mask_earlier = bool(meta.get("mask_earlier", False) if self.cfg["mask_earlier"] is None
                                  else self.cfg["mask_earlier"])
         load_trained(self.maps, state)
-        t = self.cfg["tree"]
-        if isinstance(t, int):
+        tree = resolve_tree(self.cfg["tree"], self.maps.steps, f"the {self.maps.steps} prediction steps")
+        if isinstance(tree, int):  # a size: the best tree for the measured step accuracies
             acc = state.get("acc") or PRIOR_ACC
-            self.paths = tuple(best_tree(acc[:self.maps.steps], t))
-        else:
-            self.paths = tuple(tuple(p) for p in load_tree(t).paths)
-            if max(map(len, self.paths), default=0) > self.maps.steps:
-                raise UserError(f"tree {t} is deeper than the {self.maps.steps} prediction steps")
+            tree = tuple(best_tree(acc[:self.maps.steps], tree))
+        self.paths = tree
 
     def make_proposer(self, input_ids):
         return FirpProposer(self.target, self.maps, self.paths, self.device, self.mask_earlier)

@@ -32,7 +32,7 @@ from common.errors import check_layers, cli_main
 def _main(argv=None) -> None:
     from common import medusa, teacher
     from common.forward import num_layers
-    from common.training import component_main
+    from common.train_cli import component_main
 
     from .decoding import default_layers
     from .train import check_steps, parse_layers

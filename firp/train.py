@@ -197,7 +197,7 @@ def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], ancho
 
 def _main(argv=None) -> None:
     from common import seqtrain
-    from common.training import component_main
+    from common.train_cli import component_main
 
     from .decoding import default_layers, new_maps
 

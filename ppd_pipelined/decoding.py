@@ -52,10 +52,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.cache import append_kv, gather_kv
 from common.decoders.base import DecodeOutput, Decoder, Option
 from common.errors import UserError, check_range
-from common.forward import check_layer, embed, logits_from_hidden, num_layers, run_layers
+from common.forward import check_layer, embed, logits_from_hidden, num_layers
 
 from .workers import GlooPool, SerialPool, early_topk
 
@@ -211,8 +210,8 @@ class PipelinedDecoder(Decoder):
         clock = time.perf_counter
         t_start = clock()
         # The prefill is vanilla's own call, so the prompt KV is bitwise vanilla's.
-        logits, _ = self.target.start(input_ids)
-        cache = self.target.cache
+        target = self.target  # its cache: the main worker's full KV cache
+        logits, _ = target.start(input_ids)
         tok = int(logits.argmax())
         layer_s, layer_n, head_s, head_n = 0.0, 0, 0.0, 0
         tokens, matches = [tok], []
@@ -223,24 +222,24 @@ class PipelinedDecoder(Decoder):
             pos_ids = torch.tensor([[pos]], device=m.device)
             t0 = clock()
             if h_split is None:       # no match: x_t from layer 0
-                h, n_layers = run_layers(m, embed(m, torch.tensor([[tok]], device=m.device)), cache, 0, d_bar, pos_ids), d_bar
+                h, n_layers = target.run_layers(embed(m, torch.tensor([[tok]], device=m.device)), 0, d_bar, pos_ids), d_bar
             else:                     # match: continue from the sub-worker's layer `split`
-                h = run_layers(m, h_split, cache, split, d_bar, pos_ids) if split < d_bar else h_split
+                h = target.run_layers(h_split, split, d_bar, pos_ids) if split < d_bar else h_split
                 n_layers = d_bar - split
             t1 = clock()
             last = len(tokens) + 1 >= max_new_tokens  # x_{t+1} is the last token: no successor to start
             if self.offload_head and not last:  # sub-workers run the exit head, each takes its rank
                 cands = None
-                pool.dispatch(None, synced, gather_kv(cache, split, synced, pos + 1), h_exit=h)
+                pool.dispatch(None, synced, target.gather_kv(split, synced, pos + 1), h_exit=h)
             else:                               # the paper: the main worker picks and distributes
                 cands = early_topk(m, h, self.head, k)
                 head_s, head_n = head_s + clock() - t1, head_n + 1
                 if not last:
-                    pool.dispatch(cands, synced, gather_kv(cache, split, synced, pos + 1))
+                    pool.dispatch(cands, synced, target.gather_kv(split, synced, pos + 1))
             if not last:
                 synced = pos + 1
             t2 = clock()
-            h = run_layers(m, h, cache, d_bar, d, pos_ids)
+            h = target.run_layers(h, d_bar, d, pos_ids)
             t3 = clock()
             tok = int(logits_from_hidden(m, h)[0, -1].argmax())
             if cands is None:
@@ -253,7 +252,7 @@ class PipelinedDecoder(Decoder):
             h_split = None
             if matches[-1] and not last and tok not in self.eos:
                 h_split, kv = pool.result(cands.index(tok))
-                append_kv(cache, kv, m.dtype)
+                target.append_kv(kv)
                 h_split = h_split.to(m.dtype)
         pool.drain()
         main_busy = clock() - t_start - pool.inline_s  # minus waiting (gloo) or sub-worker steps (serial)

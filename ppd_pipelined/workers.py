@@ -44,10 +44,10 @@ import weakref
 import torch
 import torch.distributed as dist
 from torch import nn
-from common.cache import append_kv, crop_to, gather_kv
-from common.fast import accelerate, new_cache  # importing it registers the fast path's attention
+from common.fast import accelerate  # importing it registers the fast path's attention
 from common.errors import exit_on_sigterm
-from common.forward import embed, logits_from_hidden, run_layers
+from common.forward import embed, logits_from_hidden
+from common.target import CausalTarget
 
 STOP, STEP, SELECT = 0, 1, 2
 TAG_CMD, TAG_RES, TAG_CANDS = 0, 1, 2
@@ -75,7 +75,7 @@ class SubWorker:
 
     def __init__(self, model, split: int, index: int, k: int, head=None):
         self.model, self.split, self.index, self.k, self.head = model, split, index, k, head
-        self.cache = None
+        self.target = CausalTarget(model)  # its own KV cache, filled with KV the main worker sends
 
     def step(self, cand: int, start: int, kv: torch.Tensor, h_exit: torch.Tensor | None = None,
              report=None) -> torch.Tensor:
@@ -90,16 +90,16 @@ class SubWorker:
             report(cands)
             cand = cands[self.index]
         n = kv.shape[3]
-        if start == 0 or self.cache is None:
-            self.cache = new_cache(self.model)
+        if start == 0 or not self.target.started:
+            self.target.fresh()
         else:
-            crop_to(self.cache, start)  # no-op normally; drops anything the main did not commit
-        append_kv(self.cache, kv, self.model.dtype)
+            self.target.crop(start)  # no-op normally; drops anything the main did not commit
+        self.target.append_kv(kv)
         dev = self.model.device
         pos = torch.tensor([[start + n]], device=dev)
-        h = run_layers(self.model, embed(self.model, torch.tensor([[cand]], device=dev)), self.cache, 0, self.split, pos)
-        new_kv = gather_kv(self.cache, self.split, start + n, start + n + 1)
-        crop_to(self.cache, start + n)  # the candidate is tentative: keep committed tokens only
+        h = self.target.run_layers(embed(self.model, torch.tensor([[cand]], device=dev)), 0, self.split, pos)
+        new_kv = self.target.gather_kv(self.split, start + n, start + n + 1)
+        self.target.crop(start + n)  # the candidate is tentative: keep committed tokens only
         busy = time.perf_counter() - t0
         return torch.cat([h.reshape(-1).float(), new_kv.reshape(-1), torch.tensor([busy], device=dev)])
 

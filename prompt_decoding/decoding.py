@@ -33,7 +33,7 @@ from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepRe
 from common.errors import UserError
 from common.forward import Injection
 from common.training import fingerprint, load_trained, save_trained
-from common.tree import TreeBuffers, build_tree, load_tree
+from common.tree import TreeBuffers, build_tree, resolve_tree
 from common.tree_search import PRIOR_ACC
 
 from .prompts import MASKS, Extras, PromptTokens
@@ -146,10 +146,9 @@ def make_trees(tree, shape: str, acc, m: int) -> dict[int, StateTree]:
     """One tree per state ``1..m`` (the accepted node's prompt tokens = guesses available):
     ``tree`` a size in verified positions (the dynamic sparse tree, or the largest static one
     within it, for the accuracies ``acc``) or a tree file (static)."""
-    if not isinstance(tree, int):
-        paths = tuple(tuple(p) for p in load_tree(tree).paths)
-        if max(map(len, paths), default=0) > m:
-            raise UserError(f"tree {tree} is deeper than the {m} prompt tokens can guess")
+    tree = resolve_tree(tree, m, f"what the {m} prompt tokens can guess")
+    if not isinstance(tree, int):  # a tree file's paths
+        paths = tree
         return {k: StateTree(tuple(p for p in paths if len(p) <= k), (m,) * (1 + sum(len(p) <= k for p in paths)))
                 for k in range(1, m + 1)}
     if shape == "static":  # the largest static tree within the size

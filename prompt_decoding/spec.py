@@ -40,7 +40,7 @@ from common.acceptance import Greedy
 from common.decoders.base import Option
 from common.decoders.speculative import DRAFT_OPTIONS, perturbed_copy, resolve_draft
 from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepResult, TreeDecoder, chain_tree,
-                                       tree_option)
+                                       tree_option, verify_step)
 from common.target import Target, make_target
 from common.training import save_trained
 
@@ -78,21 +78,10 @@ class PromptDraft(Proposer):
         Returns:
             ``(StepResult, [n] tree tokens, root first)``.
         """
-        # generate_candidates
-        proposal = self.inner.propose(state)
-        tree = proposal.tree
+        # the tree loop's four phases on the draft: the draft's own argmax decides (exact: its
+        # greedy chain), the LM head only on the nodes the walk reads, the accepted path kept
         root = state.tokens[-1] if state.tokens else int(state.prompt[0, -1])
-        tree_tokens = torch.cat([torch.tensor([root], dtype=torch.long, device=self.draft.device), proposal.tokens])
-        prefix = self.draft.length
-        # tree_decoding: the LM head runs only on the nodes the greedy walk reads
-        _, verified = self.draft.verify(tree_tokens, tree, proposal.injections, head=False)
-        # evaluate_posterior: the draft's own argmax decides (exact: its greedy chain)
-        rows = lambda nodes: self.draft.head_rows(verified, nodes)  # noqa: E731
-        path, nxt = self.rule.evaluate_lazy(tree_tokens, tree.parents, rows, tree.retrieve_indices)
-        # update_inputs_and_kv: keep the path (prompt-token positions are dropped with the rest)
-        self.draft.accept(prefix, path)
-        result = StepResult(proposal, path, verified, nxt)
-        self.inner.update(result)
+        result, tree_tokens = verify_step(self.draft, self.rule, self.inner, state, root=root)
         self.steps += 1
         return result, tree_tokens
 

@@ -39,6 +39,7 @@ held-out top-k accuracy per distance the sparse tree is built from), ``DIR/curve
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -190,21 +191,47 @@ def make_loss(model, seqs: list[tuple[torch.Tensor, int]], cuts: int, distill: b
                      lambda prompts, ids, c: sequence_loss(model, prompts, ids, c, distill))
 
 
-def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3, n: int = 1,
-                  mask: str = "ensemble", cuts: int = 16, distill: bool = True, init_text: str = INIT_TEXT,
-                  eval_seqs: int = 16, curve_path: Path | None = None, text_seqs=None,
-                  extras: Extras = Extras(), init_from: Path | None = None) -> dict:
-    """Train ``m x n`` prompt tokens; returns the stats (also written to ``out/stats.json``).
+@dataclass(frozen=True, kw_only=True)
+class PromptRecipe:
+    """What one prompt-token training learns, beside the optimizer's ``TrainConfig``.
 
-    Args:
-        data: :func:`common.seqtrain.from_args` (``train`` and ``heldout`` greedy sequences).
+    Attributes:
+        m, n: prompt tokens (guessed distances) and ensemble prompt tokens per prompt token.
+        mask: attention among the EPTs (``MASKS``).
+        cuts: random cuts trained per sequence and step.
+        distill: KL to the model's own distribution; False: cross-entropy on reference
+            replies (the ablation; :func:`train_prompts` then needs ``text_seqs``).
+        init_text: the prompt tokens start from its token embeddings.
         eval_seqs: held-out sequences the learning curve is measured on (the final accuracy
             table uses all of them).
-        text_seqs: the no-distillation variant's training sequences (reference replies).
         extras: Appendix B's options (:class:`prompt_decoding.prompts.Extras`).
         init_from: a finished training's ``prompts.pt`` to start the embeddings from (the
             second stage of the custom head's two-stage training).
     """
+    m: int = 3
+    n: int = 1
+    mask: str = "ensemble"
+    cuts: int = 16
+    distill: bool = True
+    init_text: str = INIT_TEXT
+    eval_seqs: int = 16
+    extras: Extras = Extras()
+    init_from: Path | None = None
+
+
+def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: PromptRecipe = PromptRecipe(), *,
+                  curve_path: Path | None = None, text_seqs=None) -> dict:
+    """Train ``recipe.m x recipe.n`` prompt tokens; returns the stats (also written to
+    ``out/stats.json``).
+
+    Args:
+        data: :func:`common.seqtrain.from_args` (``train`` and ``heldout`` greedy sequences).
+        recipe: what is trained (:class:`PromptRecipe`).
+        curve_path: also copy the learning curve here.
+        text_seqs: the no-distillation variant's training sequences (reference replies).
+    """
+    m, n, mask, cuts, distill = recipe.m, recipe.n, recipe.mask, recipe.cuts, recipe.distill
+    init_text, eval_seqs, extras, init_from = recipe.init_text, recipe.eval_seqs, recipe.extras, recipe.init_from
     from common.training import finish_with_accuracy, train
 
     from .decoding import new_prompts, prompts_meta
@@ -244,7 +271,7 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, m: int = 3
 def _main(argv=None) -> None:
     from common import seqtrain
     from common.teacher import sharegpt_text
-    from common.training import component_main
+    from common.train_cli import component_main
 
     def add_args(ap):
         ap.add_argument("--m", type=int, default=3, help="prompt tokens (guessed distances)")
@@ -269,8 +296,9 @@ def _main(argv=None) -> None:
             text = [(torch.tensor(s["ids"], device=model.device), s["start"]) for s in
                     sharegpt_text(tok, a.prompts, skip=a.heldout_prompts, max_len=a.max_prompt_tokens + a.answer_tokens,
                                   max_prompt_tokens=a.max_prompt_tokens)]
-        stats = train_prompts(model, tok, data, a.out, cfg, stop, a.m, a.n, a.mask, a.cuts, not a.no_distill,
-                              a.init_text, a.eval_seqs, a.curve_out, text, extras_of(a), a.init_from)
+        recipe = PromptRecipe(m=a.m, n=a.n, mask=a.mask, cuts=a.cuts, distill=not a.no_distill, init_text=a.init_text,
+                              eval_seqs=a.eval_seqs, extras=extras_of(a), init_from=a.init_from)
+        stats = train_prompts(model, tok, data, a.out, cfg, stop, recipe, curve_path=a.curve_out, text_seqs=text)
         print("held-out top-1 per distance:", [round(x, 3) for x in stats["heldout_top1"]])
         return stats
 

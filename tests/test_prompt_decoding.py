@@ -171,16 +171,16 @@ def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_l
     from decoding_checks import WordTokenizer, frozen, greedy_sequences
     from common.config import TrainConfig
     from common.training import Stopping
-    from prompt_decoding.train import train_prompts
+    from prompt_decoding.train import PromptRecipe, train_prompts
 
     model = chaotic_llama
     with frozen(model):
         data = {"train": greedy_sequences(model, 4), "heldout": greedy_sequences(model, 2, seed=50)}
         cfg = TrainConfig(lr=1e-2, epochs=5, batch_size=2, warmup_frac=0.0, schedule="cosine", max_steps=6)
         stats = train_prompts(model, WordTokenizer(), data, tmp_path / "pt", cfg, Stopping(eval_every=3),
-                              m=2, n=2, cuts=4, curve_path=tmp_path / "curve.jsonl")
+                              PromptRecipe(m=2, n=2, cuts=4), curve_path=tmp_path / "curve.jsonl")
         again = train_prompts(model, WordTokenizer(), data, tmp_path / "pt", cfg, Stopping(eval_every=3),
-                              m=2, n=2, cuts=4)
+                              PromptRecipe(m=2, n=2, cuts=4))
     assert stats["steps"] == 6 and stats["params"] == 2 * 2 * model.config.hidden_size
     assert len(stats["acc"]) == 2 and len(stats["acc"][0]) == 10
     assert [r["step"] for r in map(json.loads, (tmp_path / "curve.jsonl").read_text().splitlines())] == [0, 3, 6]

@@ -105,20 +105,22 @@ def test_two_stage_training_starts_from_the_first_stage(chaotic_llama, tmp_path)
     from decoding_checks import WordTokenizer, greedy_sequences
     from common.config import TrainConfig
     from common.training import Stopping
-    from prompt_decoding.train import train_prompts
+    from prompt_decoding.train import PromptRecipe, train_prompts
 
     model = chaotic_llama
     with frozen(model):
         data = {"train": greedy_sequences(model, 4), "heldout": greedy_sequences(model, 2, seed=50)}
         cfg = TrainConfig(lr=1e-2, epochs=5, batch_size=2, warmup_frac=0.0, schedule="cosine", max_steps=3)
-        train_prompts(model, WordTokenizer(), data, tmp_path / "s1", cfg, Stopping(eval_every=3), m=2, n=1, cuts=4)
+        train_prompts(model, WordTokenizer(), data, tmp_path / "s1", cfg, Stopping(eval_every=3),
+                      PromptRecipe(m=2, n=1, cuts=4))
         s1 = torch.load(tmp_path / "s1" / "prompts.pt", weights_only=False)["module"]["embeddings"]
         cfg0 = TrainConfig(lr=1e-3, epochs=5, batch_size=2, warmup_frac=0.0, schedule="cosine", max_steps=1)
-        stats = train_prompts(model, WordTokenizer(), data, tmp_path / "s2", cfg0, Stopping(eval_every=3), m=2, n=1,
-                              cuts=4, extras=Extras(head=True), init_from=tmp_path / "s1" / "prompts.pt")
+        stats = train_prompts(model, WordTokenizer(), data, tmp_path / "s2", cfg0, Stopping(eval_every=3),
+                              PromptRecipe(m=2, n=1, cuts=4, extras=Extras(head=True),
+                                           init_from=tmp_path / "s1" / "prompts.pt"))
         with pytest.raises(UserError, match="valid: m=3"):
-            train_prompts(model, WordTokenizer(), data, tmp_path / "s3", cfg0, Stopping(eval_every=3), m=3, n=1,
-                          cuts=4, init_from=tmp_path / "s1" / "prompts.pt")
+            train_prompts(model, WordTokenizer(), data, tmp_path / "s3", cfg0, Stopping(eval_every=3),
+                          PromptRecipe(m=3, n=1, cuts=4, init_from=tmp_path / "s1" / "prompts.pt"))
     state = torch.load(tmp_path / "s2" / "prompts.pt", weights_only=False)
     assert state["identity"]["meta"]["init_from"] == str(tmp_path / "s1" / "prompts.pt")
     assert stats["stage1_steps"] == 3 and stats["head"] is True

@@ -197,7 +197,7 @@ def test_training_refuses_another_models_answers(target, spec_drafts, tmp_path):
     from decoding_checks import WordTokenizer, frozen, greedy_sequences
     from common.config import TrainConfig
     from common.training import Stopping
-    from prompt_decoding.train import own_greedy_rate, train_prompts
+    from prompt_decoding.train import PromptRecipe, own_greedy_rate, train_prompts
 
     draft = spec_drafts["random"]
     theirs = greedy_sequences(target, 2, seed=50)
@@ -206,10 +206,10 @@ def test_training_refuses_another_models_answers(target, spec_drafts, tmp_path):
     with frozen(draft):
         with pytest.raises(UserError, match="not this model's own greedy answers .*python -m common.selfdistill"):
             train_prompts(draft, WordTokenizer(), {"train": theirs, "heldout": theirs}, tmp_path / "x", cfg,
-                          Stopping(eval_every=2), m=2, n=1, cuts=2)
+                          Stopping(eval_every=2), PromptRecipe(m=2, n=1, cuts=2))
         own = greedy_sequences(draft, 2, seed=50)
         stats = train_prompts(draft, WordTokenizer(), {"train": own, "heldout": own}, tmp_path / "ok", cfg,
-                              Stopping(eval_every=2), m=2, n=1, cuts=2)
+                              Stopping(eval_every=2), PromptRecipe(m=2, n=1, cuts=2))
     assert stats["heldout_own_greedy"] > 0.95
     out = get_decoder("pd_speculative", target, draft=draft, prompt_tokens=str(tmp_path / "ok"), gamma=3)
     ids = torch.tensor([PROMPTS[0]])

@@ -187,15 +187,15 @@ def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):
 
 def _refuse_loading(monkeypatch, model=None):
     """Model loading returns ``model`` (or fails the test); building training data always fails."""
-    import common.models
     import common.seqtrain
+    import common.train_cli
 
     def load(name, **kw):
         if model is None:
             raise AssertionError("the model was loaded before the options were checked")
         return model, None
 
-    monkeypatch.setattr(common.models, "load_model", load)
+    monkeypatch.setattr(common.train_cli, "load_model", load)  # what component_main calls
     monkeypatch.setattr(common.seqtrain, "from_args", lambda *a: (_ for _ in ()).throw(
         AssertionError("the training data was built before the options were checked")))
 

@@ -23,8 +23,10 @@ from typing import Any, Callable
 
 import torch
 
+from ..checkpoints import read_trained
 from ..errors import UserError
 from ..target import make_target, model_kind
+from .registry import DECODERS, decoder_class
 
 
 @dataclass
@@ -156,10 +158,8 @@ class Decoder:
         belong to this model: ``meta_for(stored meta) -> the meta this model would give it``.
 
         Returns:
-            ``(folder, checkpoint state)`` (:func:`common.training.read_trained`).
+            ``(folder, checkpoint state)`` (:func:`common.checkpoints.read_trained`).
         """
-        from ..training import read_trained
-
         folder = self.cfg[option]
         if folder is None:
             raise UserError(f"decoder {self.name!r} needs {option}=<folder with {filename}> (train: {train_cmd})")
@@ -203,6 +203,4 @@ class Decoder:
 
 def decoders_for(kind: str) -> list[str]:
     """Registered decoder names serving models of ``kind`` (imports each decoder class)."""
-    from . import DECODERS, decoder_class
-
     return [n for n in DECODERS if kind in decoder_class(n).model_kinds]

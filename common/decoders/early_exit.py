@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import UserError
-from ..forward import Verified, _check_context, check_layer, embed, final_norm, logits_from_hidden, num_layers, run_layers
-from ..target import CausalTarget
+from ..forward import Verified, check_context, check_layer, embed, final_norm, logits_from_hidden, num_layers
+from ..target import CausalTarget, SharedCacheTarget
 
 
 class SharedExitTarget(CausalTarget):
@@ -51,7 +51,7 @@ class SharedExitTarget(CausalTarget):
     @property
     def length(self) -> int:
         """Positions every layer holds (the last layer's count: the first ``k`` may run ahead)."""
-        return 0 if self.cache is None else self.cache.get_seq_length(layer_idx=self.depth - 1)
+        return self.layer_length(self.depth - 1)
 
     def draft(self) -> "ExitDraftTarget":
         """The small model of one ``generate`` call, on this target's cache."""
@@ -67,45 +67,38 @@ class SharedExitTarget(CausalTarget):
                             "captured layers or branches)")
         past, k, n = self.length, self.exit_layer, tree_tokens.numel()
         m = 0 if self.held is None else self.held.shape[1]
-        ahead = self.cache.get_seq_length(layer_idx=0) - past
+        ahead = self.layer_length(0) - past
         if ahead != m or m > n:
             raise AssertionError(f"shared cache out of step: layers [0, {k}) hold {ahead} positions beyond "
                                  f"the rest, {m} exit states kept, {n} chain nodes")
         pos = torch.arange(past, past + n, device=tree_tokens.device)[None]
-        _check_context(self.model, pos)
+        check_context(self.model, pos)
         parts = [self.held] if m else []
         if m < n:  # the chain's tail the draft never fed: its first k layers run here
-            parts.append(run_layers(self.model, embed(self.model, tree_tokens[m:][None]), self.cache, 0, k,
-                                    pos[:, m:]))
+            parts.append(self.run_layers(embed(self.model, tree_tokens[m:][None]), 0, k, pos[:, m:]))
         self.held = None
-        hidden = run_layers(self.model, torch.cat(parts, dim=1), self.cache, k, self.depth, pos)
+        hidden = self.run_layers(torch.cat(parts, dim=1), k, self.depth, pos)
         normed = final_norm(self.model, hidden[0])                       # [n, H]
         return (self.model.lm_head(normed) if head else None), Verified(normed, normed[:0], {})
 
 
-class ExitDraftTarget(CausalTarget):
+class ExitDraftTarget(SharedCacheTarget):
     """The first ``k`` layers of a :class:`SharedExitTarget`'s model + its final norm and LM head,
     on that target's cache (never a cache of its own)."""
 
     def __init__(self, main: SharedExitTarget):
-        self.main, self.model = main, main.model
-        self.forwards, self.forward_s = 0, 0.0
-
-    cache = property(lambda self: self.main.cache)
-    prompt = property(lambda self: self.main.prompt)
-
-    def begin(self, prompt):
-        raise AssertionError("the early-exit draft starts with its target's sequence (target.start first)")
+        super().__init__(main)
+        self.main = main
 
     @property
     def length(self) -> int:
         """Positions layers ``[0, k)`` hold."""
-        return 0 if self.cache is None else self.cache.get_seq_length(layer_idx=0)
+        return self.layer_length(0)
 
     def _forward(self, ids, keep, want_hidden):
         past = self.length
         pos = torch.arange(past, past + ids.shape[1], device=ids.device)[None]
-        h = run_layers(self.model, embed(self.model, ids), self.cache, 0, self.main.exit_layer, pos)
+        h = self.run_layers(embed(self.model, ids), 0, self.main.exit_layer, pos)
         self.main.hold(h)
         return logits_from_hidden(self.model, h[:, -keep:])[0], None
 

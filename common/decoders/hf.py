@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..fast import stock_copy
 from .base import DecodeOutput, Decoder, Option
 
 
@@ -53,7 +54,6 @@ class HFGenerate(Decoder):
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
         if self.cfg["stock"]:
-            from ..fast import stock_copy
             self.model = stock_copy(model)
 
     def _kwargs(self) -> dict:

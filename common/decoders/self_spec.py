@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import UserError
-from ..forward import embed, logits_from_hidden, num_layers, run_layers
+from ..forward import embed, logits_from_hidden, num_layers
 from ..target import CausalTarget
 from .base import Option
 from .speculative import DRAFT_OPTIONS, AutoregressiveDraft, draft_options
@@ -43,14 +43,14 @@ class LayerSkipTarget(CausalTarget):
 
     @property
     def length(self) -> int:
-        return 0 if self.cache is None else self.cache.get_seq_length(layer_idx=self.segments[0][0])
+        return self.layer_length(self.segments[0][0])
 
     def _forward(self, ids, keep, want_hidden):
         past = self.length
         pos = torch.arange(past, past + ids.shape[1], device=ids.device)[None]
         h = embed(self.model, ids)
         for start, end in self.segments:
-            h = run_layers(self.model, h, self.cache, start, end, pos)
+            h = self.run_layers(h, start, end, pos)
         return logits_from_hidden(self.model, h[:, -keep:])[0], None
 
 

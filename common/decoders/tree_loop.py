@@ -5,7 +5,9 @@ committed token, and may add positions of its own to the coming forward) -> ``tr
 (one target forward over the tree with its ancestor mask and positions, plus the proposer's
 :class:`~common.forward.Injection`\\ s) -> ``evaluate_posterior`` (the acceptance rule picks
 the accepted path and the next token) -> ``update_inputs_and_kv`` (keep the accepted path in
-the KV cache, append the next token).
+the KV cache, append the next token). :func:`verify_step` runs the four phases, once for every
+caller: :class:`TreeDecoder`'s loop, and any draft that verifies its own trees (prompt
+decoding inside speculative decoding's draft).
 
 Proposers are separate from the verifier (transformers' candidate-generator split): a draft
 model, the target skipping layers and Medusa heads hand a :class:`Proposal` to the same loop;
@@ -33,6 +35,7 @@ import torch
 from .. import acceptance as acc
 from ..errors import UserError, unknown
 from ..forward import Injection, Verified, num_layers
+from ..target import Target
 from ..tree import TreeBuffers, build_tree, chain_paths
 from .base import DecodeOutput, Decoder, Option
 
@@ -195,45 +198,11 @@ class TreeDecoder(Decoder):
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
         raise NotImplementedError
 
-    # -- the four phases -------------------------------------------------------------------
-    def generate_candidates(self, proposer: Proposer, state: ProposerState) -> tuple[Proposal, torch.Tensor]:
-        """Ask the proposer for a tree; returns it and its ``[n]`` node tokens, root first."""
-        p = proposer.propose(state)
-        if p.tokens.numel() != p.tree.size - 1:
-            raise AssertionError("a proposal has one token per non-root node")
-        if self.rule.chain_only and not p.tree.is_chain:
-            raise UserError(f"acceptance={self.rule.name!r} verifies chains only; the proposer made a tree")
-        root = torch.tensor([state.tokens[-1]], dtype=torch.long, device=self.device)
-        return p, torch.cat([root, p.tokens.to(self.device)])
-
-    def tree_decoding(self, tree_tokens: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor | None, Verified]:
-        """One target forward over the tree and the proposal's injected positions; returns
-        ``[n, V]`` node logits (None when the rule computes the rows it reads itself, see
-        :attr:`lazy_head`) and the forward's states."""
-        return self.target.verify(tree_tokens, proposal.tree, proposal.injections, proposal.capture,
-                                  head=not self.lazy_head)
-
     @property
     def lazy_head(self) -> bool:
         """Whether the LM head runs only on the nodes the rule reads (greedy: the accepted path
         and its children), where the target supports it."""
         return bool(self.rule.lazy and self.target.lazy_head and self.cfg.get("lazy_head", True))
-
-    def evaluate_posterior(self, proposal: Proposal, tree_tokens: torch.Tensor, logits: torch.Tensor | None,
-                           gen: torch.Generator | None, verified: Verified | None = None) -> tuple[torch.Tensor, int]:
-        """The rule picks the accepted path (``[a+1]`` node indices, root first) and the next token."""
-        tree = proposal.tree.to(self.device)
-        if logits is None:
-            rows = lambda nodes: self.target.head_rows(verified, nodes)  # noqa: E731
-            return self.rule.evaluate_lazy(tree_tokens, tree.parents, rows, tree.retrieve_indices)
-        return self.rule.evaluate(tree_tokens, logits, tree.retrieve_indices, tree_tokens[1:],
-                                  proposal.draft_probs, gen)
-
-    def update_inputs_and_kv(self, prefix_len: int, path: torch.Tensor, tree_tokens: torch.Tensor,
-                             nxt: int) -> list[int]:
-        """Keep the accepted path in the cache; return the new committed tokens."""
-        self.target.accept(prefix_len, path)
-        return tree_tokens[path[1:]].tolist() + [nxt]
 
     # -- the loop ----------------------------------------------------------------------------
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
@@ -251,12 +220,9 @@ class TreeDecoder(Decoder):
         while not done:
             state = ProposerState(input_ids, tokens, hidden, max_new_tokens - len(tokens),
                                   self.cfg["temperature"], gen)
-            proposal, tree_tokens = self.generate_candidates(proposer, state)
-            prefix_len = self.target.length
-            logits, verified = self.tree_decoding(tree_tokens, proposal)
-            path, nxt = self.evaluate_posterior(proposal, tree_tokens, logits, gen, verified)
-            new = self.update_inputs_and_kv(prefix_len, path, tree_tokens, nxt)
-            proposer.update(StepResult(proposal, path, verified, nxt))
+            step, tree_tokens = verify_step(self.target, self.rule, proposer, state, gen, self.lazy_head)
+            proposal, path, verified, nxt = step.proposal, step.path, step.verified, step.next_token
+            new = tree_tokens[path[1:]].tolist() + [nxt]
             proposed.append(proposal.tree.size - 1)
             injected.append(_full_positions(proposal.injections, self.target.model))
             accepted.append(path.numel() - 1)
@@ -268,6 +234,73 @@ class TreeDecoder(Decoder):
                                      "proposed": proposed, "accepted": accepted, "injected": injected,
                                      "target_forwards": self.target.forwards,
                                      "target_forward_s": self.target.forward_s, **proposer.stats()})
+
+
+# -- the four phases (Medusa's names), once for every tree-verified decoder and draft ----------
+def generate_candidates(proposer: Proposer, state: ProposerState, rule: acc.AcceptanceRule,
+                        root: int, device) -> tuple[Proposal, torch.Tensor]:
+    """Ask the proposer for a tree below ``root``; returns it and its ``[n]`` node tokens, root
+    first, on ``device``."""
+    p = proposer.propose(state)
+    if p.tokens.numel() != p.tree.size - 1:
+        raise AssertionError("a proposal has one token per non-root node")
+    if rule.chain_only and not p.tree.is_chain:
+        raise UserError(f"acceptance={rule.name!r} verifies chains only; the proposer made a tree")
+    root_t = torch.tensor([root], dtype=torch.long, device=device)
+    return p, torch.cat([root_t, p.tokens.to(device)])
+
+
+def tree_decoding(target: Target, tree_tokens: torch.Tensor, proposal: Proposal,
+                  lazy_head: bool) -> tuple[torch.Tensor | None, Verified]:
+    """One target forward over the ``[n]`` tree tokens and the proposal's injected positions;
+    returns ``[n, V]`` node logits (None with ``lazy_head``: the rule computes the rows it
+    reads) and the forward's states."""
+    return target.verify(tree_tokens, proposal.tree, proposal.injections, proposal.capture, head=not lazy_head)
+
+
+def evaluate_posterior(target: Target, rule: acc.AcceptanceRule, proposal: Proposal, tree_tokens: torch.Tensor,
+                       logits: torch.Tensor | None, verified: Verified,
+                       gen: torch.Generator | None) -> tuple[torch.Tensor, int]:
+    """The rule picks the accepted path (``[a+1]`` node indices, root first) and the next token."""
+    tree = proposal.tree.to(target.device)
+    if logits is None:
+        rows = lambda nodes: target.head_rows(verified, nodes)  # noqa: E731
+        return rule.evaluate_lazy(tree_tokens, tree.parents, rows, tree.retrieve_indices)
+    return rule.evaluate(tree_tokens, logits, tree.retrieve_indices, tree_tokens[1:], proposal.draft_probs, gen)
+
+
+def update_inputs_and_kv(target: Target, prefix_len: int, path: torch.Tensor) -> None:
+    """Keep the first ``prefix_len`` cached positions and the accepted path (injected positions
+    and rejected nodes leave the cache)."""
+    target.accept(prefix_len, path)
+
+
+def verify_step(target: Target, rule: acc.AcceptanceRule, proposer: Proposer, state: ProposerState,
+                gen: torch.Generator | None = None, lazy_head: bool = True,
+                root: int | None = None) -> tuple[StepResult, torch.Tensor]:
+    """One step of tree verification on ``target``: the four phases, then ``proposer.update``.
+
+    Args:
+        target: the verifying model's adapter; its cache holds every committed token but the
+            root (the step's node 0).
+        rule: the acceptance rule; ``gen`` its RNG (sampling rules).
+        lazy_head: run the LM head only on the nodes a lazy rule reads, where the target
+            supports it (same tokens).
+        root: the tree's root token; default ``state.tokens[-1]``.
+    Returns:
+        ``(StepResult, [n] tree tokens, root first)``; the new committed tokens are
+        ``tree_tokens[result.path[1:]] + [result.next_token]``.
+    """
+    root = state.tokens[-1] if root is None else root
+    lazy = bool(lazy_head and rule.lazy and target.lazy_head)
+    proposal, tree_tokens = generate_candidates(proposer, state, rule, root, target.device)
+    prefix_len = target.length
+    logits, verified = tree_decoding(target, tree_tokens, proposal, lazy)
+    path, nxt = evaluate_posterior(target, rule, proposal, tree_tokens, logits, verified, gen)
+    update_inputs_and_kv(target, prefix_len, path)
+    result = StepResult(proposal, path, verified, nxt)
+    proposer.update(result)
+    return result, tree_tokens
 
 
 def _full_positions(injections: Sequence[Injection], model) -> float:

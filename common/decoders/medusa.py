@@ -1,0 +1,82 @@
+"""Decoder ``medusa`` (Cai et al., 2024): the heads' top-k candidates verified as a tree.
+
+The heads, their training and their best sparse trees are :mod:`common.medusa`'s; this module
+only proposes from them (:class:`MedusaProposer`) and runs the tree loop.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..checkpoints import load_trained, save_trained
+from ..errors import UserError
+from ..medusa import TREE_SIZES, MedusaHeads, heads_meta, new_heads
+from ..tree import build_tree, chain_paths, resolve_tree, save_tree
+from .base import Option
+from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
+
+
+class MedusaProposer(Proposer):
+    """Candidates: the heads' top-k at each depth below the root, arranged as the tree."""
+
+    needs_hidden = True
+
+    def __init__(self, heads: MedusaHeads, tree):
+        self.heads, self.tree = heads, tree
+        self.width = int(tree.rank.max()) + 1
+
+    def propose(self, state: ProposerState) -> Proposal:
+        logits = self.heads(state.hidden[0, -1])  # [K, V]: depth k+1 below the root
+        topk = logits[: self.tree.max_depth].topk(self.width, dim=-1).indices
+        return Proposal(self.tree, candidates_from_topk(self.tree, topk))
+
+
+class Medusa(TreeDecoder):
+    """Decoder ``medusa``: heads from ``heads`` (a folder written by :func:`train_heads`),
+    tree ``tree`` = one of 16/32/63 (the stored best tree) or a tree JSON path."""
+
+    name = "medusa"
+    default_sampling = "typical"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {**super().options(), "heads": Option(None, (str, Path)),
+                "tree": tree_option(63, sizes=TREE_SIZES)}
+
+    @classmethod
+    def test_configs(cls, model, workdir):
+        """Random (untrained) heads: exactness must not depend on what the heads propose."""
+        out = []
+        for shared in (True, False):
+            folder = Path(workdir) / f"medusa_{'shared' if shared else 'own'}"
+            heads = new_heads(model, 3, shared)
+            with torch.no_grad():
+                for b in heads.blocks:  # untrained blocks are the identity; make them propose
+                    w = b.linear.weight  # drawn on the CPU: the same heads on every device
+                    w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
+            save_trained(heads, folder / "heads.pt", heads_meta(model, 3, shared))
+            save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), *chain_paths(3)])
+            out.append({"heads": str(folder), "tree": str(folder / "tree.json")})
+        return out
+
+    def __init__(self, model, tokenizer=None, **cfg):
+        super().__init__(model, tokenizer, **cfg)
+        def meta_for(meta):  # labels and train_vocab say how they were trained, not for which model
+            if "input_layers" in meta:
+                raise UserError(f"heads at {self.cfg['heads']} read layers {meta['input_layers']} (early-exit "
+                                "heads), not the last hidden state; valid: heads trained on the last hidden state "
+                                "(python -m common.medusa without layers)")
+            return {**heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))),
+                    **{k: meta[k] for k in ("labels", "train_vocab") if k in meta}}
+        folder, state = self.trained_component("heads", "heads.pt", "python -m common.medusa", meta_for)
+        meta = state["identity"]["meta"]
+        n_heads, shared = int(meta["n_heads"]), bool(meta["share_lm_head"])
+        self.heads = new_heads(model, n_heads, shared)
+        load_trained(self.heads, state)
+        self.heads.for_decoding(model)
+        paths = resolve_tree(self.cfg["tree"], n_heads, f"the {n_heads} Medusa heads", stored=folder)
+        self.tree = build_tree(paths).to(self.device)
+
+    def make_proposer(self, input_ids):
+        return MedusaProposer(self.heads, self.tree)

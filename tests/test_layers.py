@@ -1,0 +1,86 @@
+"""The import layers of common/ (pyproject.toml, [tool.importlinter]), checked by import-linter.
+
+`lint-imports` runs on the repository as CI runs it; then on a copy of the packages with one
+import added, to show each contract fails on what it forbids: today's cycle brought back
+(model loading importing the reduced-vocabulary tool), a bottom-layer module importing model
+loading, and common/ importing a paper package.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("common", "ppd_pipelined", "bild", "prompt_decoding", "firp")
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(cwd: Path, *contracts: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` over the packages found first from ``cwd`` (PYTHONPATH precedes the
+    editable install), with ``cwd``'s pyproject.toml."""
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    cmd = [str(LINT), "--no-cache", "--config", str(cwd / "pyproject.toml")]
+    for c in contracts:
+        cmd += ["--contract", c]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_repository_keeps_every_contract():
+    if not LINT.is_file():
+        pytest.fail(f"{LINT} is missing: import-linter is pinned in requirements.txt (bash tools/setup.sh)")
+    r = lint(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    """The five packages' Python files and pyproject.toml, copied."""
+    dst = tmp_path_factory.mktemp("layers")
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, dst / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    return dst
+
+
+def _with_line(copy: Path, module: str, line: str):
+    """A context manager appending ``line`` to ``module``'s file in the copy, then restoring it."""
+    path = copy / (module.replace(".", "/") + ".py")
+
+    class Edit:
+        def __enter__(self):
+            self.text = path.read_text()
+            path.write_text(self.text + "\n\n" + line + "\n")
+
+        def __exit__(self, *exc):
+            path.write_text(self.text)
+    return Edit()
+
+
+def test_the_copy_keeps_them_unchanged(copy):
+    r = lint(copy)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("module, line, contract", [
+    # the cycle the layers removed: models -> reduced_vocab -> teacher -> models, held together
+    # by a function-level import (import-linter counts those)
+    ("common.models", "def _sidecar(model, src):\n    from .reduced_vocab import apply_sidecar\n"
+                      "    apply_sidecar(model, src)", "common-acyclic"),
+    # a base utility reaching up into model loading
+    ("common.checkpoints", "from .models import load_model", "common-layers"),
+    # the decoder contract reaching into the training loop
+    ("common.decoders.base", "from ..training import train", "decoder-core"),
+    # core importing a paper package
+    ("common.target", "import bild.decoding", "common-no-papers"),
+])
+def test_each_contract_fails_on_what_it_forbids(copy, module, line, contract):
+    with _with_line(copy, module, line):
+        r = lint(copy, contract)
+    assert r.returncode != 0, f"{contract} kept despite {module}: {line}\n{r.stdout}"
+    assert "BROKEN" in r.stdout
