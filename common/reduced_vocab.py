@@ -33,7 +33,7 @@ from transformers import AutoConfig
 from .checks import ArgumentParser, check_out_path
 from .errors import UserError, check_range, cli_main
 from .records import write_json
-from .reduced_head import SIDECAR, ReducedHead, apply_sidecar, reduce_vocab  # noqa: F401  (the head this CLI builds)
+from .reduced_head import SIDECAR
 from .teacher import HardLabels, read_cache
 
 LABELS = tuple(m.value for m in HardLabels)

@@ -11,8 +11,8 @@ from common.decoders import get_decoder
 from decoding_checks import teacher_corpus
 from common.errors import UserError
 from common.fast import PackedLinear, accelerate
-from common.reduced_vocab import (SIDECAR, ReducedHead, _main, apply_sidecar, coverage, frequent_tokens, label_tokens,
-                                  reduce_vocab)
+from common.reduced_head import SIDECAR, ReducedHead, apply_sidecar, reduce_vocab
+from common.reduced_vocab import _main, coverage, frequent_tokens, label_tokens
 from common.teacher import teacher_pass
 
 pytestmark = pytest.mark.usefixtures("one_thread")
