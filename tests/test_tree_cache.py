@@ -126,3 +126,21 @@ def test_check_layer(tiny):
     for bad in (0, 4, 9):
         with pytest.raises(UserError, match="valid: 1..3"):
             check_layer(tiny, bad)
+
+
+def test_resolve_tree_is_the_one_tree_option_resolver(tmp_path):
+    """A size stays a size (the decoder builds its tree), names a stored tree when the decoder
+    keeps some, and a file's paths come back unless deeper than the decoder can fill."""
+    from common.tree import resolve_tree, save_tree
+
+    paths = [(0,), (1,), (0, 0)]
+    save_tree(tmp_path / "tree_3.json", paths)
+    assert resolve_tree(16, 2, "two heads") == 16
+    stored = tuple(tuple(p) for p in build_tree(paths).paths)  # the tree's node order
+    assert sorted(stored) == sorted(paths)
+    assert resolve_tree(3, 2, "two heads", stored=tmp_path) == stored
+    assert resolve_tree(str(tmp_path / "tree_3.json"), 2, "two heads") == stored
+    with pytest.raises(UserError, match=r"deeper than the one head \(1\)"):
+        resolve_tree(tmp_path / "tree_3.json", 1, "the one head")
+    with pytest.raises(UserError, match="does not exist"):
+        resolve_tree(4, 2, "two heads", stored=tmp_path)
