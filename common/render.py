@@ -158,20 +158,14 @@ class Render:
 
     def save_figure(self, fig) -> None:
         """Stage ``figures/<id>.png`` and show the figure in the executed notebook."""
-        fig.savefig(self.staged.dir("figures") / f"{self.artifact_id}.png", dpi=120, bbox_inches="tight")
-        _display(fig)
+        path = self.staged.dir("figures") / f"{self.artifact_id}.png"
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        show(fig, path)
 
     def closing(self, meta: dict) -> str:
         """The closing cell's markdown: what the artifact shows here, from its verdict lines,
         and the paper's statement it is compared with."""
-        lines = [f"## What {self.artifact_id} shows here", ""]
-        lines += [f"- {v}" for v in _verdicts_of(meta)]
-        if meta.get("paper"):
-            lines += ["", f"The paper: {meta['paper']}"]
-        where = ", ".join(str(meta[k]) for k in ("model", "profile", "hardware", "device") if meta.get(k))
-        if where:
-            lines += ["", f"Measured with {where}."]
-        return "\n".join(lines)
+        return closing_text(self.artifact_id, meta)
 
     def publish(self) -> None:
         """The notebook's last step: write the table with its verdict, show the paper beside
@@ -188,8 +182,10 @@ class Render:
             if not _verdicts_of(meta):
                 raise RuntimeError(f"{self.artifact_id}: no verdict (Render.trend, .verdict or .setup_only) "
                                    "for its table; every table says whether the paper's trend holds")
-            write_table(df, self.artifact_id, self.staged.dir("tables"), meta, floatfmt)
             merged = self._beside if self._beside is not None else paper_beside_ours(df)
+            if merged is not None and beside_line(merged):
+                meta = _before_sources(meta, "beside the paper", beside_line(merged))
+            write_table(df, self.artifact_id, self.staged.dir("tables"), meta, floatfmt)
             if merged is not None:
                 _display_markdown("### The paper beside ours\n\n" + to_markdown(merged, floatfmt))
             else:
@@ -201,6 +197,21 @@ class Render:
             print("wrote", f)
 
 
+def closing_text(artifact_id: str, meta: dict) -> str:
+    """What artifact ``artifact_id`` shows here, from its table header ``meta``: its verdict
+    lines, the paper's statement and where it was measured (the closing markdown cell)."""
+    lines = [f"## What {artifact_id} shows here", ""]
+    lines += [f"- {v}" for v in _verdicts_of(meta)]
+    if meta.get("paper"):
+        lines += ["", f"The paper: {meta['paper']}"]
+    if meta.get("beside the paper"):
+        lines += ["", f"Ours beside the paper's numbers: {meta['beside the paper']}."]
+    where = ", ".join(str(meta[k]) for k in ("model", "profile", "hardware", "device") if meta.get(k))
+    if where:
+        lines += ["", f"Measured with {where}."]
+    return "\n".join(lines)
+
+
 PAPER_PREFIXES = ("paper ", "paper_")
 
 
@@ -210,6 +221,8 @@ def paper_beside_ours(df: pd.DataFrame, pairs: dict[str, str] | None = None,
     text columns), then per measured column with a paper twin (``pairs`` {ours: paper}, default
     every ``paper <col>`` / ``paper_<col>`` beside a ``<col>``): ours, the paper's, and ours /
     paper (missing where either is missing or not a number). None when no column has a twin."""
+    if df.empty:  # nothing measured that the paper reports (no stand-in matches, say)
+        return None
     pairs = list(pairs.items()) if pairs else [
         (c, p) for p in df.columns if isinstance(p, str) and p.startswith(PAPER_PREFIXES)
         for c in [p[len("paper "):] if p.startswith("paper ") else p[len("paper_"):]] if c in df.columns]
@@ -225,6 +238,26 @@ def paper_beside_ours(df: pd.DataFrame, pairs: dict[str, str] | None = None,
         out[f"{ours}: ours / paper"] = [x / y if not (math.isnan(x) or math.isnan(y) or y == 0) else float("nan")
                                         for x, y in zip(a, b)]
     return out
+
+
+def _span(values) -> str:
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
+    if v.empty:
+        return "—"
+    return f"{v.min():.3g}" if v.min() == v.max() else f"{v.min():.3g}-{v.max():.3g}"
+
+
+def beside_line(merged: pd.DataFrame) -> str:
+    """The merged table in one header line: per measured column, our range, the paper's and
+    their ratio's, over the rows where both are numbers ('' when no row has both)."""
+    parts = []
+    for ratio in [c for c in merged.columns if str(c).endswith(": ours / paper")]:
+        col = str(ratio).removesuffix(": ours / paper")
+        rows = merged[merged[ratio].notna()]
+        if len(rows):
+            parts.append(f"{col}: ours {_span(rows[f'{col} (ours)'])}, paper {_span(rows[f'{col} (paper)'])}, "
+                         f"ours / paper {_span(rows[ratio])} ({len(rows)} rows)")
+    return "; ".join(parts)
 
 
 def _verdicts_of(meta: dict) -> list[str]:
@@ -260,9 +293,26 @@ def _display(obj, **metadata) -> None:
             display(obj, metadata=metadata or None)
 
 
-def show(fig) -> None:
-    """Show a figure inline in the executed notebook (for notebooks that stage their own outputs)."""
-    _display(fig)
+def show(fig, path: str | Path | None = None) -> None:
+    """Show a figure inline in the executed notebook, as the PNG saved at ``path`` (a notebook
+    that sets the Agg backend has no inline formatter for a Figure, which would show as text)."""
+    if "IPython" not in sys.modules:
+        return
+    from IPython.display import Image
+    if path is None:
+        import io
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+        _display(Image(data=buf.getvalue()))
+    else:
+        _display(Image(filename=str(path)))
+
+
+def close_with(artifact_id: str, meta: dict, note: str) -> None:
+    """For notebooks that write their table without :class:`Render`: show ``note`` where the
+    merged paper-vs-ours table would stand, then the closing summary from ``meta``."""
+    _display_markdown(f"### The paper beside ours\n\n{note}")
+    _display_markdown(closing_text(artifact_id, meta), closing=True)
 
 
 def _display_markdown(text: str, closing: bool = False) -> None:

@@ -8,8 +8,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from common.render import Render, close_notebook, paper_beside_ours
-from common.summary import header, ours_and_paper, summary
+from common.render import Render, beside_line, close_notebook, paper_beside_ours
+from common.summary import header, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,13 +82,22 @@ def test_close_notebook_appends_the_closing_cell_once(tmp_path):
 def test_summary_is_made_from_the_tables(tmp_path):
     t = tmp_path / "bild" / "tables"
     t.mkdir(parents=True)
+    merged = paper_beside_ours(pd.DataFrame({"task": ["a", "b"], "speedup": [0.8, 0.9], "paper speedup": [1.6, 1.8]}))
+    line = beside_line(merged)
+    assert line == "speedup: ours 0.8-0.9, paper 1.6-1.8, ours / paper 0.5 (2 rows)"
     (t / "bild.x.md").write_text("# bild.x\n\n- **profile**: embedded\n- **device**: cpu: EPYC\n"
+                                 f"- **beside the paper**: {line}\n"
                                  "- **verdict**: faster: paper 2/2, ours 0/2 -> the paper's trend does not hold here\n")
-    pd.DataFrame({"task": ["a", "b"], "speedup": [0.8, 0.9], "paper speedup": [1.5, 2.1]}).to_csv(t / "bild.x.csv", index=False)
-    assert ours_and_paper(t / "bild.x.csv") == ("speedup 0.8–0.9", "speedup 1.5–2.1")
     text = summary([t / "bild.x.md"])
-    assert "| [bild.x](bild/tables/bild.x.md) | speedup 0.8–0.9 | speedup 1.5–2.1 | faster: paper 2/2" in text
+    assert f"| [bild.x](bild/tables/bild.x.md) | {line} | faster: paper 2/2" in text
     assert "- **profile**: embedded" in text and "- **hardware**: cpu: EPYC" in text
+
+
+def test_the_merged_table_reaches_the_header(R, tmp_path):
+    R.save_table(pd.DataFrame({"k": ["a"], "tau": [1.5], "paper_tau": [3.0]}), {"model": "m"})
+    R.trend("x", [True])
+    R.publish()
+    assert header(_md(tmp_path))["beside the paper"] == "tau: ours 1.5, paper 3, ours / paper 0.5 (1 rows)"
 
 
 @pytest.mark.parametrize("table", sorted(p.relative_to(ROOT) for p in ROOT.glob("results/*/tables/*.md")), ids=str)

@@ -104,6 +104,9 @@ fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}"
 R.save_figure(fig)
 summary = pd.DataFrame(rows)
 R.save_table(summary, meta)
+R.beside(pd.DataFrame([{"task": r["task"], "paper dataset": ds, "speedup": r["speedup"], "paper_speedup": v}
+                       for r in rows for ds, v in paper["within_speedup"].items() if paper["stand_in"][ds] == r["task"]]),
+         {"speedup": "paper_speedup"}, ["task", "paper dataset"])
 allpts = pd.concat([points[t, "bild"] for t in ee.tasks]).query("decoder != 'vanilla'")
 print(R.trend("a speedup (> 1x) within one point of the fine-tuned model",
               [r["speedup"] is not None and r["speedup"] > 1.0 for r in rows],

@@ -18,6 +18,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
+from common.render import close_with
 from common.report import write_table
 
 base = Path(results_root) / package
@@ -42,6 +43,9 @@ table["params_m"] = table.pop("params") / 1e6
 large = table[table.role == "large"].set_index("task").params_m
 table["share_of_large"] = [p / large[t] for t, p in zip(table.task, table.params_m)]
 write_table(table, artifact_id, staged.dir("tables"), meta, floatfmt=".2f")
+close_with(artifact_id, meta,
+           "The paper's Table 2 lists its model pairs (see the markdown above); this table states the embedded pairs: "
+           "a setup, no measurement.")
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%

@@ -179,6 +179,12 @@ pairs = [t for t in cfg.tasks if (t, "aligned") in hit and (t, "unaligned") in h
 print(R.trend("aligned above unaligned at no loss (per task)", [(hit[t, "aligned"] or 0) > (hit[t, "unaligned"] or 0) for t in pairs],
               [paper["aligned"]["no_loss"][d][1] > paper["unaligned"]["no_loss"][d][1] for d in paper["stand_in"]],
               over="the no-loss cells above"))
+# The merged view: each cell's speedup beside the paper's for every dataset its task stands in for.
+R.beside(pd.DataFrame([{"task": r.task, "variant": r.variant, "cell": r.cell, "paper dataset": ds, "speedup": r.speedup,
+                        "paper_speedup": paper[r.variant][r.cell][ds][1]}
+                       for r in table.itertuples() if r.variant in ("unaligned", "aligned")
+                       for ds, stand in paper["stand_in"].items() if stand == r.task]),
+         {"speedup": "paper_speedup"}, ["task", "variant", "cell", "paper dataset"])
 R.save_table(table, meta)
 
 # %% [bild.fig9]

@@ -29,7 +29,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.render import show
+from common.render import close_with, show
 from common.report import write_table
 
 base = Path(results_root) / package
@@ -85,6 +85,9 @@ verdict = ("this machine's cost curve (no paper trend; the hardware-aware tree s
            + ", ".join(f"q = {q} ({path})" for path, q in flat_to.items()) + f", measured over q = {df.q.min()}-{df.q.max()}")
 write_table(df[["forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id, staged.dir("tables"),
             {**meta, "verdict": verdict})
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this machine's cost curve: "
+           "the hardware-aware tree sizes (prompt decoding) read it.")
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%

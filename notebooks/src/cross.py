@@ -24,7 +24,7 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, load_profile
 from common.records import read_jsonl
-from common.render import show
+from common.render import close_with, show
 from common.report import limits, provenance, summarize, write_table
 
 base = Path(results_root) / package
@@ -148,6 +148,9 @@ verdict = (f"this project's comparison (no paper has it): fastest {ranked.decode
            f"slowest {ranked.decoder.iloc[-1]} {ranked.speedup.iloc[-1]:.2f}x over {len(ranked)} decoders, each against "
            f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}")
 write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this comparison: "
+           "it is this project's own, every method on one model, prompt set and machine.")
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% [cross.fig]
@@ -179,6 +182,9 @@ faster = out[out.speedup > 1.0]
 verdict = (f"this project's comparison (no paper has it): {len(faster)}/{len(out)} decoders faster than vanilla; "
            f"extra memory {out.extra_mem_mib.min():.1f}-{out.extra_mem_mib.max():.1f} MiB")
 write_table(out, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this comparison: "
+           "it is this project's own, every method on one model, prompt set and machine.")
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%
