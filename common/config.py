@@ -28,7 +28,7 @@ from .errors import UserError, check_range, unknown
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 # Trained components a decoder option may name, and the statistics file each training writes.
-COMPONENTS = ("medusa", "draft")
+COMPONENTS = ("medusa", "draft", "eagle")
 
 
 def _decoder_names() -> frozenset[str] | None:

@@ -327,6 +327,8 @@ def _main(argv=None) -> None:
     model, tok = load_model(a.model, device=a.device)
     corpus_mod.open_corpus(a.corpus, model=model, tokenizer=tok)
     stats = train_head(model, a.corpus, a.out, cfg, stop, a.tokens, a.max_len, a.w_cls, a.noise, a.features)
+    from .hardware import provenance
+    stats = {**stats, **provenance(a.model, a.device), "threads": torch.get_num_threads()}
     if a.stats_out:
         from .records import write_json
         write_json(a.stats_out, stats)

@@ -88,13 +88,13 @@ def group_decoders(wildcards):
 
 # Placeholders decoder options may name (config decoder_config) -> the trained component's file
 # (what the rule waits for) and folder (what the decoder is given), under .cache/components/<profile>/.
-COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{draft}": "draft/model/config.json",
+COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{eagle}": "eagle/head.pt", "{draft}": "draft/model/config.json",
                    "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt",
                    "{bild_small_aligned}": "bild_small_aligned/model/config.json",
                    "{rest_datastore}": "rest_datastore/datastore.json",
                    "{medusa_released}": "medusa_released/heads.pt",
                    "{prompt_tokens_released}": "prompt_tokens_released/prompts.pt"}
-COMPONENT_DIRS = {"{medusa}": "medusa", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
+COMPONENT_DIRS = {"{medusa}": "medusa", "{eagle}": "eagle", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
                   "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model",
                   "{rest_datastore}": "rest_datastore", "{medusa_released}": "medusa_released",
                   "{prompt_tokens_released}": "prompt_tokens_released"}

@@ -146,3 +146,62 @@ if RELEASED.get("prompt_tokens"):
         shell:
             "{params.env} {params.py} -m common.released prompt_tokens --src {params.src} --model {params.m}"
             " --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
+
+
+# The sharded self-distillation corpus (common.corpus): the model's own greedy answers, resumable
+# by shard; the embedded profile's shards are committed under results/corpus/. The rule's output
+# is the summary, not the manifest, so a rerun never deletes what it resumes from.
+CORPUS = f"{ROOT}/corpus/{P.name}"
+
+
+rule corpus_shards:
+    input: model_files()
+    output: stats=f"{CORPUS}/stats.json"
+    conda: "../env.yml"
+    log: f"{LOGS}/corpus_shards.log"
+    benchmark: f"{BENCH}/corpus_shards.tsv"
+    threads: rule_threads("corpus_shards")
+    resources: **rule_resources("corpus_shards")
+    params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, c=C["corpus_shards"], out=CORPUS
+    shell:
+        "{params.env} {params.py} -m common.corpus --model {params.m} --out {params.out} --tokens {params.c[tokens]}"
+        " --heldout {params.c[heldout]} --shard-prompts {params.c[shard_prompts]} --answer-tokens {params.c[answer_tokens]}"
+        " --max-prompt-tokens {params.c[max_prompt_tokens]} --batch-size {params.c[batch_size]}"
+        " --gen-dtype {params.c[gen_dtype]} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+def eagle_flags(c):
+    """``common.eagle`` flags of the profile's recipe (components.eagle)."""
+    flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
+             f"--max-len {c.get('max_len', 384)}", f"--noise {c.get('noise', 0.1)}"]
+    if c.get("tokens") is not None:
+        flags.append(f"--tokens {c['tokens']}")
+    if c.get("max_steps") is not None:
+        flags.append(f"--max-steps {c['max_steps']}")
+    return " ".join(flags)
+
+
+def parent_of_head(wildcards, output):
+    """EAGLE's output folder, read from its head file."""
+    return str(Path(output.head).parent)
+
+
+rule train_eagle:
+    input: corpus=f"{CORPUS}/stats.json"
+    output:
+        head=f"{COMP}/eagle/head.pt",
+        trees=[f"{COMP}/eagle/tree_{n}.json" for n in (8, 16, 32, 63)],
+        stats=f"{ROOT}/cross/raw/eagle_stats.json",
+        curve=f"{ROOT}/cross/raw/eagle_curve.jsonl",
+    conda: "../env.yml"
+    log: f"{LOGS}/train_eagle.log"
+    benchmark: f"{BENCH}/train_eagle.tsv"
+    threads: rule_threads("train_eagle")
+    resources: **rule_resources("train_eagle")
+    params:
+        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head, corpus=CORPUS,
+        flags=eagle_flags(C["eagle"]),
+    shell:
+        "{params.env} {params.py} -m common.eagle --model {params.m} --corpus {params.corpus} --out {params.out}"
+        " {params.flags} --stats-out {output.stats} --curve-out {output.curve}"
+        " --device {params.dev} --threads {params.t} > {log} 2>&1"
