@@ -70,8 +70,8 @@ stats = {joined_stats.get(Path(p).resolve(), Path(p).name.removesuffix("_stats.j
 
 
 def component_of(cfg):
-    """Which trained component a decoder's options name (Medusa heads or a draft model)."""
-    return "medusa" if "heads" in cfg else "draft" if "draft" in cfg else None
+    """Which trained component a decoder's options name (Medusa heads, EAGLE's head or a draft model)."""
+    return "medusa" if "heads" in cfg else "eagle" if "head" in cfg else "draft" if "draft" in cfg else None
 
 
 def extras(group, recs, decoder):
