@@ -13,7 +13,8 @@ option reads, with a ``released.json`` naming its source:
   ``stats.json``). The authors' ``[ResBlock(H)] * L`` repeats one block, so with ``L > 1`` it
   runs L times; this repository's heads have one block, so only ``L = 1`` (what the released
   Medusa-1 heads use) converts.
-* **Parallel prompt decoding** (hmarkc/parallel-prompt-decoding, ``prompt/model/model.py``): a
+* **Parallel prompt decoding**'s prompt tokens: :mod:`prompt_decoding.released` (a paper
+  package's component converts there, with these readers; common/ names no paper package): a
   PEFT prompt-tuning adapter, ``adapter_config.json`` (``num_special_tokens`` m,
   ``virtual_tokens_per_special_token`` n, ``vt_attention_type``, ``aggregation_type``,
   ``use_custom_lm_head``, ``use_prefix_tuning``, ``num_exits``) and ``adapter_model.safetensors``
@@ -21,11 +22,18 @@ option reads, with a ``released.json`` naming its source:
   ids repeat each prompt token's position n times); ``weighting_layers.pt`` (``{j}.weight``
   ``[1, n]``) with ``aggregation_type="weighted"``, ``custom_lm_head.pt`` (``weight`` ``[V, H]``)
   with a custom head. -> ``prompt_decoding``'s ``prompt_tokens`` folder (``prompts.pt``).
-* **EAGLE**: the hook is :func:`convert_eagle`; it raises until the ``eagle`` decoder exists.
+* **EAGLE** (SafeAILab/EAGLE, ``eagle/model/cnets1.py``, EAGLE-1/2 heads): ``config.json`` (a
+  LLaMA config of one layer) and ``pytorch_model.bin`` (or ``model.safetensors``): ``fc.weight``
+  ``[H, 2H]``, ``fc.bias`` ``[H]``, ``layers.0.self_attn.{q,k,v,o}_proj.weight``,
+  ``layers.0.mlp.{gate,up,down}_proj.weight``, ``layers.0.post_attention_layernorm.weight`` (the
+  first layer has no input norm) and optionally ``embed_tokens.weight`` (a copy of the base
+  model's, not needed here). -> ``eagle``'s ``head`` folder (``head.pt``). Its ``fc`` input is
+  ``[embedding; feature]``, as :class:`common.decoders.eagle.EagleHead`'s.
 
     python -m common.released medusa --src FasterDecoding/medusa-vicuna-7b-v1.3 --model vicuna-7b \
         --out .cache/components/paper/medusa_released [--teacher teacher.pt]
-    python -m common.released prompt_tokens --src DIR --model vicuna-7b --out DIR
+    python -m common.released eagle --src yuhuili/EAGLE-Vicuna-7B-v1.3 --model vicuna-7b --out DIR
+    python -m prompt_decoding.released --src DIR --model vicuna-7b --out DIR
 """
 from __future__ import annotations
 
@@ -41,12 +49,7 @@ from .records import write_json
 
 MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 PEFT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
-# The authors' attention among a token's prompt tokens -> this repository's EPT mask, where they
-# coincide. Their "decoder" mask is causal over all m*n virtual tokens (an EPT also sees the
-# earlier EPTs of its own prompt token) and their "encoder" mask lets an EPT see only its own
-# prompt token's EPTs; neither is one of prompt_decoding.prompts.MASKS but with n = 1 the
-# "decoder" one is the causal chain every mask here gives.
-PPD_MASKS = {"ensemble": "ensemble"}
+EAGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
 # ---------------------------------------------------------------- reading the authors' folders
@@ -70,7 +73,7 @@ def source_folder(src: str | os.PathLike, files: tuple[str, ...]) -> Path:
         raise UserError(f"could not download released checkpoint {src}: {str(e).splitlines()[0]}") from e
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"{path} does not exist; the authors' checkpoint folder holds it")
     try:
@@ -79,7 +82,7 @@ def _read_json(path: Path) -> dict:
         raise UserError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
 
 
-def _read_tensors(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], Path]:
+def read_tensors(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], Path]:
     """The first of ``names`` present in ``folder`` as a flat ``{key: tensor}`` (safetensors or
     a pickled state dict, read with ``weights_only``)."""
     for name in names:
@@ -96,7 +99,7 @@ def _read_tensors(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, torch
     raise UserError(f"{folder} holds none of {', '.join(names)}; valid: the folder as its authors publish it")
 
 
-def _tensor(state: dict, key: str, shape: tuple[int, ...], path: Path) -> torch.Tensor:
+def tensor_of(state: dict, key: str, shape: tuple[int, ...], path: Path) -> torch.Tensor:
     if key not in state:
         raise UserError(f"{path} has no tensor {key!r}; it has: {', '.join(sorted(state)[:12])}")
     t = state[key]
@@ -106,7 +109,7 @@ def _tensor(state: dict, key: str, shape: tuple[int, ...], path: Path) -> torch.
     return t.float()
 
 
-def _check_base(model, stated: str | None, path: Path) -> None:
+def check_base(model, stated: str | None, path: Path) -> None:
     """The base model the authors name must be this one (by its last path component, as
     :func:`common.training.fingerprint` names models)."""
     from .training import fingerprint
@@ -117,7 +120,7 @@ def _check_base(model, stated: str | None, path: Path) -> None:
                         "checkpoint of the model the profile runs")
 
 
-def _provenance(out: Path, kind: str, src, folder: Path, config: dict) -> None:
+def write_provenance(out: Path, kind: str, src, folder: Path, config: dict) -> None:
     write_json(out / "released.json", {"kind": kind, "source": str(src), "folder": str(folder), "config": config})
 
 
@@ -140,7 +143,7 @@ def convert_medusa(src, model, out: str | os.PathLike, teacher: dict | None = No
     from .tree_search import PRIOR_ACC, best_tree, expected_accept_length
 
     folder = source_folder(src, MEDUSA_FILES)
-    cfg = _read_json(folder / "config.json")
+    cfg = read_json(folder / "config.json")
     for key in ("medusa_num_heads", "medusa_num_layers"):
         if not isinstance(cfg.get(key), int) or cfg[key] < 1:
             raise UserError(f"{folder / 'config.json'}: {key} must be a positive integer; got {cfg.get(key)!r}")
@@ -148,16 +151,16 @@ def convert_medusa(src, model, out: str | os.PathLike, teacher: dict | None = No
     if L != 1:
         raise UserError(f"{folder / 'config.json'}: medusa_num_layers={L}; valid: 1 (Medusa-1's released heads; "
                         "this repository's heads have one residual block)")
-    _check_base(model, cfg.get("base_model_name_or_path"), folder / "config.json")
-    state, path = _read_tensors(folder, MEDUSA_FILES)
+    check_base(model, cfg.get("base_model_name_or_path"), folder / "config.json")
+    state, path = read_tensors(folder, MEDUSA_FILES)
     H, V = model.config.hidden_size, model.config.vocab_size
     heads = new_heads(model, K, share_lm_head=False)
     with torch.no_grad():
         for k in range(K):
             block, out_proj = heads.blocks[k].linear, heads.out[k]
-            block.weight.copy_(_tensor(state, f"{k}.0.linear.weight", (H, H), path))
-            block.bias.copy_(_tensor(state, f"{k}.0.linear.bias", (H,), path))
-            out_proj.weight.copy_(_tensor(state, f"{k}.{L}.weight", (V, H), path))
+            block.weight.copy_(tensor_of(state, f"{k}.0.linear.weight", (H, H), path))
+            block.bias.copy_(tensor_of(state, f"{k}.0.linear.bias", (H,), path))
+            out_proj.weight.copy_(tensor_of(state, f"{k}.{L}.weight", (V, H), path))
     expected = {f"{k}.{name}" for k in range(K) for name in ("0.linear.weight", "0.linear.bias", f"{L}.weight")}
     extra = sorted(set(state) - expected)
     if extra:
@@ -179,75 +182,46 @@ def convert_medusa(src, model, out: str | os.PathLike, teacher: dict | None = No
         stats["trees"][n] = expected_accept_length(paths, acc)
         save_tree(out / f"tree_{n}.json", paths, expected_accept_length=stats["trees"][n], source=source)
     write_json(out / "stats.json", stats)
-    _provenance(out, "medusa", src, folder, cfg)
+    write_provenance(out, "medusa", src, folder, cfg)
     return stats
 
 
-# ---------------------------------------------------------------- parallel prompt decoding
-def convert_prompt_tokens(src, model, out: str | os.PathLike) -> dict:
-    """Prompt tokens as their authors publish them (a PEFT prompt-tuning adapter) -> a
-    ``prompt_decoding`` ``prompt_tokens`` folder for ``model``; returns the checkpoint's meta.
+# ---------------------------------------------------------------- EAGLE
+def convert_eagle(src, model, out: str | os.PathLike) -> dict:
+    """EAGLE-1/2's released draft head -> an ``eagle`` ``head`` folder for ``model``; returns its
+    meta. The head's width, heads and MLP must be the base model's (one error naming the key)."""
+    from .checkpoints import save_trained
+    from .decoders.eagle import CHECKPOINT, head_meta, new_head
 
-    Refused (UserError naming the setting): masks that differ from this repository's (see
-    :data:`PPD_MASKS`), adaptive weighting, prefix tuning and multi-exit ensembles."""
-    from prompt_decoding.decoding import new_prompts, prompts_meta
-    from prompt_decoding.prompts import Extras
-
-    from .training import save_trained
-
-    folder = source_folder(src, PEFT_FILES + ("weighting_layers.pt", "custom_lm_head.pt"))
-    cpath = folder / "adapter_config.json"
-    cfg = _read_json(cpath)
-    m, n = cfg.get("num_special_tokens", 1), cfg.get("virtual_tokens_per_special_token", 1)
-    if not (isinstance(m, int) and isinstance(n, int) and m >= 1 and n >= 1):
-        raise UserError(f"{cpath}: num_special_tokens and virtual_tokens_per_special_token must be positive "
-                        f"integers; got {m!r}, {n!r}")
-    attention = str(cfg.get("vt_attention_type", "decoder")).lower()
-    mask = PPD_MASKS.get(attention) or ("ensemble" if attention == "decoder" and n == 1 else None)
-    if mask is None:
-        raise UserError(f"{cpath}: vt_attention_type={attention!r} with {n} virtual tokens per prompt token is "
-                        "not supported; valid: 'ensemble' (the paper's), or 'decoder' with 1 virtual token")
-    aggregation = {"mean": "average", "weighted": "learned"}.get(str(cfg.get("aggregation_type", "mean")).lower())
-    if aggregation is None:
-        raise UserError(f"{cpath}: aggregation_type={cfg.get('aggregation_type')!r} is not supported; valid: mean, "
-                        "weighted")
-    if cfg.get("use_prefix_tuning") or int(cfg.get("num_exits", 1) or 1) > 1:
-        raise UserError(f"{cpath}: prefix tuning and multi-exit ensembles are accuracy ablations (Appendix B) "
-                        "that decoding here refuses; valid: use_prefix_tuning false, num_exits 1")
-    _check_base(model, cfg.get("base_model_name_or_path"), cpath)
-    H, V = model.config.hidden_size, model.config.vocab_size
-    state, path = _read_tensors(folder, PEFT_FILES)
-    key = next((k for k in state if k.split(".")[-1] == "prompt_embeddings"), "prompt_embeddings")
-    emb = _tensor(state, key, (m * n, H), path)
-    extras = Extras(aggregation=aggregation, head=bool(cfg.get("use_custom_lm_head")))
-    prompts = new_prompts(model, m, n, mask, extras=extras)
-    with torch.no_grad():
-        # virtual token j*n + i is EPT i of prompt token j (their positions repeat_interleave n)
-        prompts.embeddings.copy_(emb.reshape(m, n, H))
-        if prompts.weights is not None:
-            wstate, wpath = _read_tensors(folder, ("weighting_layers.pt",))
-            prompts.weights.copy_(torch.stack([_tensor(wstate, f"{j}.weight", (1, n), wpath)[0] for j in range(m)]))
-        if prompts.head is not None:
-            hstate, hpath = _read_tensors(folder, ("custom_lm_head.pt",))
-            prompts.head.weight.copy_(_tensor(hstate, "weight", (V, H), hpath))
-    meta = {**prompts_meta(model, m, n, mask, extras), "released": str(src)}
+    folder = source_folder(src, EAGLE_FILES)
+    cpath = folder / "config.json"
+    cfg = read_json(cpath)
+    layers = cfg.get("num_hidden_layers", 1)
+    if layers != 1:
+        raise UserError(f"{cpath}: num_hidden_layers={layers}; EAGLE-1/2 heads have one decoder layer (valid: 1)")
+    check_base(model, cfg.get("base_model_name_or_path"), cpath)
+    state, path = read_tensors(folder, EAGLE_FILES)
+    head = new_head(model)
+    H = model.config.hidden_size
+    own = head.state_dict()
+    loaded = {"fc.weight": tensor_of(state, "fc.weight", (H, 2 * H), path)}
+    if "fc.bias" in own:
+        loaded["fc.bias"] = tensor_of(state, "fc.bias", (H,), path)
+    for key, value in own.items():
+        if key.startswith("layer."):
+            loaded[key] = tensor_of(state, "layers.0." + key[len("layer."):], tuple(value.shape), path)
+    missing = sorted(set(own) - set(loaded))
+    if missing:
+        raise UserError(f"{path}: no weights for {', '.join(missing)}")
+    head.load_state_dict({k: v.to(own[k].dtype) for k, v in loaded.items()})
+    meta = {**head_meta(model), "released": str(src)}
     out = Path(out)
-    save_trained(prompts, out / "prompts.pt", meta)
-    _provenance(out, "prompt_tokens", src, folder, cfg)
+    save_trained(head, out / CHECKPOINT, meta)
+    write_provenance(out, "eagle", src, folder, cfg)
     return meta
 
 
-# ---------------------------------------------------------------- EAGLE (hook)
-def convert_eagle(src, model, out: str | os.PathLike) -> dict:
-    """EAGLE's draft head (SafeAILab/EAGLE: ``config.json`` + ``pytorch_model.bin``, one decoder
-    layer over [feature, token embedding] with an ``fc`` [2H -> H]) -> the ``eagle`` decoder's
-    head option. Not yet supported: this repository has no ``eagle`` decoder to load it into
-    (issue 37 leaves the import to follow the comparators' issue). Raises UserError."""
-    raise UserError(f"converting EAGLE's draft head ({src}) is not yet supported: there is no eagle decoder here "
-                    "to load it; valid kinds: medusa, prompt_tokens")
-
-
-CONVERTERS = {"medusa": convert_medusa, "prompt_tokens": convert_prompt_tokens, "eagle": convert_eagle}
+CONVERTERS = {"medusa": convert_medusa, "eagle": convert_eagle}
 
 
 def _main(argv=None) -> None:

@@ -144,7 +144,7 @@ if RELEASED.get("prompt_tokens"):
         resources: **rule_resources("released_prompt_tokens")
         params: env=ENV, py=PY, m=P.model, src=RELEASED["prompt_tokens"], dt=P.dtype, dev=P.device, out=parent_of_prompts
         shell:
-            "{params.env} {params.py} -m common.released prompt_tokens --src {params.src} --model {params.m}"
+            "{params.env} {params.py} -m prompt_decoding.released --src {params.src} --model {params.m}"
             " --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
 
 

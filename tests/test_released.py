@@ -14,7 +14,8 @@ from torch import nn
 
 from common.decoders import get_decoder
 from common.errors import UserError
-from common.released import convert_eagle, convert_medusa, convert_prompt_tokens
+from common.released import convert_eagle, convert_medusa
+from prompt_decoding.released import convert_prompt_tokens
 from decoding_checks import assert_exact_and_accepting
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,10 +188,55 @@ def test_prompt_tokens_released_refused_settings(chaotic_llama, tmp_path, cfg, p
         convert_prompt_tokens(tmp_path / "authors", chaotic_llama, tmp_path / "pt")
 
 
-# ---------------------------------------------------------------- EAGLE hook, CLI
-def test_eagle_is_a_documented_stub(chaotic_llama, tmp_path):
-    with pytest.raises(UserError, match="EAGLE's draft head .* is not yet supported"):
-        convert_eagle(tmp_path, chaotic_llama, tmp_path / "out")
+# ---------------------------------------------------------------- EAGLE, CLI
+def write_eagle(folder, model, seed=0, **cfg):
+    """A synthetic EAGLE-1/2 head in its authors' format (cnets1.Model's state dict: fc,
+    layers.0.* without an input norm, a copy of the embeddings) with random weights."""
+    from common.decoders.eagle import EagleHead
+    torch.manual_seed(seed)
+    ours = EagleHead(model)
+    state = {("layers.0." + k[len("layer."):] if k.startswith("layer.") else k): torch.randn(v.shape) * 0.3
+             for k, v in ours.state_dict().items()}
+    state["embed_tokens.weight"] = model.get_input_embeddings().weight.detach().clone()
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "pytorch_model.bin")
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 1, "hidden_size": model.config.hidden_size,
+                                                    **cfg}))
+    return state
+
+
+def test_eagle_released_head_loads_and_decodes_exactly(chaotic_llama, tmp_path):
+    from common.decoders.eagle import Eagle
+    from common.forward import embed
+    state = write_eagle(tmp_path / "authors", chaotic_llama)
+    meta = convert_eagle(tmp_path / "authors", chaotic_llama, tmp_path / "eagle")
+    assert meta["released"] == str(tmp_path / "authors")
+    dec = Eagle(chaotic_llama, head=str(tmp_path / "eagle"), mode="dynamic", depth=3, topk=2, total=6)
+    # the authors' first step by hand: fc([emb(x); h]) through their layer, read by the base head
+    torch.testing.assert_close(dec.head.fc.weight, state["fc.weight"])
+    torch.testing.assert_close(dec.head.layer.mlp.down_proj.weight, state["layers.0.mlp.down_proj.weight"])
+    h, tok = torch.randn(1, 1, 64), torch.tensor([[7]])
+    x = torch.cat([embed(chaotic_llama, tok), h], -1) @ state["fc.weight"].T + state["fc.bias"]
+    with torch.no_grad():
+        assert torch.allclose(dec.head.fc(torch.cat([embed(chaotic_llama, tok), h], -1)), x, atol=1e-5)
+    van = get_decoder("vanilla", chaotic_llama)
+    van.eos = dec.eos = set()
+    ids = torch.tensor([[1, 5, 9, 33, 7]])
+    assert dec.generate(ids, 30).tokens == van.generate(ids, 30).tokens
+
+
+def test_eagle_released_bad_folders(chaotic_llama, tmp_path):
+    write_eagle(tmp_path / "two", chaotic_llama, num_hidden_layers=2)
+    with pytest.raises(UserError, match="num_hidden_layers=2"):
+        convert_eagle(tmp_path / "two", chaotic_llama, tmp_path / "o")
+    state = write_eagle(tmp_path / "narrow", chaotic_llama)
+    state["fc.weight"] = state["fc.weight"][:, :64]
+    torch.save(state, tmp_path / "narrow" / "pytorch_model.bin")
+    with pytest.raises(UserError, match="fc.weight"):
+        convert_eagle(tmp_path / "narrow", chaotic_llama, tmp_path / "o")
+    write_eagle(tmp_path / "other", chaotic_llama, base_model_name_or_path="lmsys/vicuna-7b-v1.3")
+    with pytest.raises(UserError, match="was released for lmsys/vicuna-7b-v1.3"):
+        convert_eagle(tmp_path / "other", chaotic_llama, tmp_path / "o")
 
 
 def test_cli_converts_and_fails_in_one_line(chaotic_llama, tmp_path):
