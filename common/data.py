@@ -218,6 +218,24 @@ _LANGS = (r"english|french|german|spanish|portuguese|italian|dutch|chinese|manda
 TRANSLATE_RX = re.compile(rf"\btranslat\w*\b[^\n]{{0,80}}?\b(?:in)?to\s+(?:brazilian\s+|"
                           rf"simplified\s+|traditional\s+)?(?:{_LANGS})\b", re.I)
 
+# Spec-Bench's question answering (Natural Questions: a short factual question, no context) and
+# retrieval-augmented generation (the question after retrieved passages), as ShareGPT stand-ins:
+# a short question that opens with a question word, and a long pasted context whose last
+# paragraph asks a question about it
+QUESTION_RX = re.compile(r"^\s*(?:what|who|whom|whose|when|where|which|why|how|is|are|was|were|does|do|did|can|"
+                         r"could|should|would|will|has|have)\b[^\n]*\?\s*$", re.I)
+
+
+def _last_paragraph(text: str) -> str:
+    return re.split(r"\n\s*\n", text.strip())[-1]
+
+
+def _is_context_question(h: str) -> bool:
+    """A pasted context (>= 1000 characters before the last paragraph) followed by a last
+    paragraph of <= 400 characters that asks a question (a '?')."""
+    last = _last_paragraph(h)
+    return len(h) - len(last) >= 1000 and len(last) <= 400 and "?" in last
+
 
 @dataclass(frozen=True)
 class MinedRule:
@@ -239,6 +257,14 @@ MINED_SETS: dict[str, MinedRule] = {
     "sharegpt-translate": MinedRule(
         "first human turn matches TRANSLATE_RX ('translate ... (in)to <language>'), not CODE_RX",
         lambda h: bool(TRANSLATE_RX.search(h)) and not CODE_RX.search(h)),
+    "sharegpt-qa": MinedRule(
+        "first human turn <= 200 chars, one line opening with a question word and ending in '?' "
+        "(QUESTION_RX), not CODE_RX or MATH_RX (Spec-Bench's Natural Questions stand-in)",
+        lambda h: len(h) <= 200 and bool(QUESTION_RX.match(h)) and not CODE_RX.search(h) and not MATH_RX.search(h)),
+    "sharegpt-rag": MinedRule(
+        "first human turn: >= 1000 chars of pasted context, then a last paragraph <= 400 chars with a '?', "
+        "not CODE_RX (Spec-Bench's retrieval-augmented generation stand-in)",
+        lambda h: _is_context_question(h) and not CODE_RX.search(h)),
 }
 
 
