@@ -1,4 +1,5 @@
-"""Training EAGLE's draft head (:class:`common.decoders.eagle.EagleHead`) on the corpus.
+"""EAGLE's draft head (:class:`EagleHead`) and its training on the corpus; the decoder that
+drafts with it is :mod:`common.decoders.eagle`.
 
 Data: the sharded self-distillation corpus (:mod:`common.corpus`) and one teacher-forced pass
 of the frozen target over it (:func:`build_features`): the final features ``h_j`` (after the
@@ -22,6 +23,7 @@ CLI: ``python -m common.eagle --model M --corpus DIR --out DIR [--tokens N] ...`
 """
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import dataclass
@@ -29,14 +31,88 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from torch.nn import functional as F
+from transformers import DynamicCache
 from tqdm import tqdm
 
 from . import corpus as corpus_mod
-from .decoders.eagle import CHECKPOINT, EagleHead, head_meta, write_draft_vocab
+from .checkpoints import fingerprint
 from .errors import UserError, check_range
+from .forward import attention_mask_4d, backbone, causal_allow
 
 FEATURES_DIR = "eagle_features"
+CHECKPOINT = "head.pt"
+DRAFT_VOCAB = "draft_vocab.json"  # token ids by training frequency (the decoder's ``vocab`` option)
+
+
+# -- the head ---------------------------------------------------------------------------------
+class EagleHead(nn.Module):
+    """EAGLE's draft head for a LLaMA-style target: ``fc`` (2d -> d) and one decoder layer.
+
+    The target's embedding and LM head are not parameters of the head (they stay frozen and
+    shared); the caller passes the embedded tokens and reads tokens through the target's head.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        cfg = copy.deepcopy(model.config)
+        cfg.num_hidden_layers = 1
+        cfg.layer_types = None if not hasattr(cfg, "layer_types") else ["full_attention"]
+        self.config = cfg
+        hidden = cfg.hidden_size
+        stack = backbone(model)
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.layer = type(stack.layers[0])(cfg, 0)
+        # EAGLE drops the first layer's input norm: fc's output is already a feature mixture
+        self.layer.input_layernorm = nn.Identity()
+        self.rotary = type(stack.rotary_emb)(config=cfg)
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
+    def forward(self, feats: torch.Tensor, embeds: torch.Tensor, position_ids: torch.Tensor,
+                cache=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Predicted next features.
+
+        Args:
+            feats: ``[B, q, H]`` target features ``h_j`` (or the head's own predictions).
+            embeds: ``[B, q, H]`` embeddings of the tokens ``x_{j+1}`` that follow them.
+            position_ids: ``[B, q]`` positions ``j``.
+            cache: the head's KV cache (appended to), or None (training on whole sequences).
+            mask: ``[B|1, 1, q, past + q]`` additive mask; None = causal over ``q`` (no cache).
+        Returns:
+            ``[B, q, H]`` predicted features ``h_{j+1}`` (read through the target's LM head).
+        """
+        x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
+        if mask is None:
+            q = x.shape[1]
+            past = cache.get_seq_length() if cache is not None else 0
+            mask = attention_mask_4d(causal_allow(q, x.device), past, x.dtype)
+        pe = self.rotary(x, position_ids=position_ids)
+        return self.layer(x, attention_mask=mask, position_embeddings=pe, position_ids=position_ids,
+                          past_key_values=cache, use_cache=cache is not None)
+
+
+def head_meta(model) -> dict:
+    """What a head is tied to: the base model (a head for another model is refused)."""
+    return {**fingerprint(model), "kind": "eagle"}
+
+
+def new_head(model) -> EagleHead:
+    """A fresh head on the model's device and dtype (built there, whatever the default device)."""
+    with torch.device(model.device):
+        return EagleHead(model).to(dtype=model.dtype)
+
+
+def write_draft_vocab(folder: Path, order: torch.Tensor, counts=None) -> None:
+    """Store token ids in draft-vocabulary order (most frequent first) beside a head."""
+    data = {"order": [int(t) for t in order]}
+    if counts is not None:
+        data["counts"] = [int(c) for c in counts]
+    (Path(folder) / DRAFT_VOCAB).write_text(json.dumps(data))
+
+
 
 
 # -- the teacher-forced pass ------------------------------------------------------------------

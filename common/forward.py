@@ -64,6 +64,12 @@ def _backbone(model):
     return inner
 
 
+def backbone(model):
+    """The decoder stack of a LLaMA-style causal LM (``model.model``: embeddings, layers, norm,
+    rotary embedding), for modules built from the target's own layer classes (EAGLE's head)."""
+    return _backbone(model)
+
+
 def num_layers(model) -> int:
     """Decoder layer count ``d`` of a causal LM."""
     return len(_backbone(model).layers)

@@ -13,27 +13,26 @@ option reads, with a ``released.json`` naming its source:
   ``stats.json``). The authors' ``[ResBlock(H)] * L`` repeats one block, so with ``L > 1`` it
   runs L times; this repository's heads have one block, so only ``L = 1`` (what the released
   Medusa-1 heads use) converts.
-* **Parallel prompt decoding**'s prompt tokens: :mod:`prompt_decoding.released` (a paper
-  package's component converts there, with these readers; common/ names no paper package): a
+* **Parallel prompt decoding**'s prompt tokens: converted by the prompt-decoding package's own
+  ``released`` module (a paper package's component converts in its package, with these readers): a
   PEFT prompt-tuning adapter, ``adapter_config.json`` (``num_special_tokens`` m,
   ``virtual_tokens_per_special_token`` n, ``vt_attention_type``, ``aggregation_type``,
   ``use_custom_lm_head``, ``use_prefix_tuning``, ``num_exits``) and ``adapter_model.safetensors``
   (or ``.bin``) holding ``prompt_embeddings`` ``[m*n, H]``, prompt token major (their position
   ids repeat each prompt token's position n times); ``weighting_layers.pt`` (``{j}.weight``
   ``[1, n]``) with ``aggregation_type="weighted"``, ``custom_lm_head.pt`` (``weight`` ``[V, H]``)
-  with a custom head. -> ``prompt_decoding``'s ``prompt_tokens`` folder (``prompts.pt``).
+  with a custom head. -> that package's ``prompt_tokens`` folder (``prompts.pt``).
 * **EAGLE** (SafeAILab/EAGLE, ``eagle/model/cnets1.py``, EAGLE-1/2 heads): ``config.json`` (a
   LLaMA config of one layer) and ``pytorch_model.bin`` (or ``model.safetensors``): ``fc.weight``
   ``[H, 2H]``, ``fc.bias`` ``[H]``, ``layers.0.self_attn.{q,k,v,o}_proj.weight``,
   ``layers.0.mlp.{gate,up,down}_proj.weight``, ``layers.0.post_attention_layernorm.weight`` (the
   first layer has no input norm) and optionally ``embed_tokens.weight`` (a copy of the base
   model's, not needed here). -> ``eagle``'s ``head`` folder (``head.pt``). Its ``fc`` input is
-  ``[embedding; feature]``, as :class:`common.decoders.eagle.EagleHead`'s.
+  ``[embedding; feature]``, as :class:`common.eagle.EagleHead`'s.
 
     python -m common.released medusa --src FasterDecoding/medusa-vicuna-7b-v1.3 --model vicuna-7b \
         --out .cache/components/paper/medusa_released [--teacher teacher.pt]
     python -m common.released eagle --src yuhuili/EAGLE-Vicuna-7B-v1.3 --model vicuna-7b --out DIR
-    python -m prompt_decoding.released --src DIR --model vicuna-7b --out DIR
 """
 from __future__ import annotations
 
@@ -191,7 +190,7 @@ def convert_eagle(src, model, out: str | os.PathLike) -> dict:
     """EAGLE-1/2's released draft head -> an ``eagle`` ``head`` folder for ``model``; returns its
     meta. The head's width, heads and MLP must be the base model's (one error naming the key)."""
     from .checkpoints import save_trained
-    from .decoders.eagle import CHECKPOINT, head_meta, new_head
+    from .eagle import CHECKPOINT, head_meta, new_head
 
     folder = source_folder(src, EAGLE_FILES)
     cpath = folder / "config.json"

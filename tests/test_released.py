@@ -192,7 +192,7 @@ def test_prompt_tokens_released_refused_settings(chaotic_llama, tmp_path, cfg, p
 def write_eagle(folder, model, seed=0, **cfg):
     """A synthetic EAGLE-1/2 head in its authors' format (cnets1.Model's state dict: fc,
     layers.0.* without an input norm, a copy of the embeddings) with random weights."""
-    from common.decoders.eagle import EagleHead
+    from common.eagle import EagleHead
     torch.manual_seed(seed)
     ours = EagleHead(model)
     state = {("layers.0." + k[len("layer."):] if k.startswith("layer.") else k): torch.randn(v.shape) * 0.3

@@ -1,7 +1,7 @@
 """Decoder ``eagle`` (Li et al., 2024): a one-layer draft head that extrapolates the target's
 features, verified on the shared tree loop; EAGLE-1's static tree and EAGLE-2's dynamic tree.
 
-The draft head (:class:`EagleHead`) reads, at position ``j``, the target's final feature
+The draft head (:class:`common.eagle.EagleHead`, with its trainer) reads, at position ``j``, the target's final feature
 ``h_j`` (after the final norm: the LM head's input) and the embedding of token ``x_{j+1}``:
 ``fc([emb(x_{j+1}); h_j])`` (2d -> d) goes through one decoder layer of the target's own
 architecture (its input norm dropped, as in EAGLE) and predicts ``h_{j+1}``; tokens are read
@@ -27,82 +27,20 @@ Verification is the target's, so the output is exactly greedy's whatever the hea
 """
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
 import torch
-from torch import nn
-from transformers import DynamicCache
 
 from ..cache import crop_to
-from ..checkpoints import fingerprint, load_trained, save_trained
+from ..checkpoints import load_trained, save_trained
+from ..eagle import CHECKPOINT, DRAFT_VOCAB, EagleHead, head_meta, new_head, write_draft_vocab
 from ..errors import UserError
-from ..forward import _backbone, attention_mask_4d, causal_allow, embed
+from ..forward import attention_mask_4d, causal_allow, embed
 from ..tree import build_tree, load_tree, save_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, tree_option
 
-CHECKPOINT = "head.pt"
-DRAFT_VOCAB = "draft_vocab.json"  # token ids by training frequency (the ``vocab`` option's source)
-
-
-class EagleHead(nn.Module):
-    """EAGLE's draft head for a LLaMA-style target: ``fc`` (2d -> d) and one decoder layer.
-
-    The target's embedding and LM head are not parameters of the head (they stay frozen and
-    shared); the caller passes the embedded tokens and reads tokens through the target's head.
-    """
-
-    def __init__(self, model):
-        super().__init__()
-        cfg = copy.deepcopy(model.config)
-        cfg.num_hidden_layers = 1
-        cfg.layer_types = None if not hasattr(cfg, "layer_types") else ["full_attention"]
-        self.config = cfg
-        hidden = cfg.hidden_size
-        backbone = _backbone(model)
-        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
-        self.layer = type(backbone.layers[0])(cfg, 0)
-        # EAGLE drops the first layer's input norm: fc's output is already a feature mixture
-        self.layer.input_layernorm = nn.Identity()
-        self.rotary = type(backbone.rotary_emb)(config=cfg)
-
-    def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.config)
-
-    def forward(self, feats: torch.Tensor, embeds: torch.Tensor, position_ids: torch.Tensor,
-                cache=None, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Predicted next features.
-
-        Args:
-            feats: ``[B, q, H]`` target features ``h_j`` (or the head's own predictions).
-            embeds: ``[B, q, H]`` embeddings of the tokens ``x_{j+1}`` that follow them.
-            position_ids: ``[B, q]`` positions ``j``.
-            cache: the head's KV cache (appended to), or None (training on whole sequences).
-            mask: ``[B|1, 1, q, past + q]`` additive mask; None = causal over ``q`` (no cache).
-        Returns:
-            ``[B, q, H]`` predicted features ``h_{j+1}`` (read through the target's LM head).
-        """
-        x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
-        if mask is None:
-            q = x.shape[1]
-            past = cache.get_seq_length() if cache is not None else 0
-            mask = attention_mask_4d(causal_allow(q, x.device), past, x.dtype)
-        pe = self.rotary(x, position_ids=position_ids)
-        return self.layer(x, attention_mask=mask, position_embeddings=pe, position_ids=position_ids,
-                          past_key_values=cache, use_cache=cache is not None)
-
-
-def head_meta(model) -> dict:
-    """What a head is tied to: the base model (a head for another model is refused)."""
-    return {**fingerprint(model), "kind": "eagle"}
-
-
-def new_head(model) -> EagleHead:
-    """A fresh head on the model's device and dtype (built there, whatever the default device)."""
-    with torch.device(model.device):
-        return EagleHead(model).to(dtype=model.dtype)
 
 
 class EagleProposer(Proposer):
@@ -292,15 +230,6 @@ class Eagle(TreeDecoder):
         c = self.cfg
         return EagleProposer(self.head, self.model, c["mode"], self.tree, c["depth"], c["topk"], c["total"],
                              self.readout)
-
-
-def write_draft_vocab(folder: Path, order: torch.Tensor, counts=None) -> None:
-    """Store token ids in draft-vocabulary order (most frequent first) beside a head."""
-    import json
-    data = {"order": [int(t) for t in order]}
-    if counts is not None:
-        data["counts"] = [int(c) for c in counts]
-    (Path(folder) / DRAFT_VOCAB).write_text(json.dumps(data))
 
 
 def reduced_readout(model, folder: Path, k: int):
