@@ -14,13 +14,13 @@ import re
 from pathlib import Path
 
 
-PACKAGES = {  # package -> heading, in the order the README lists them
-    "ppd_pipelined": "Predictive Pipelined Decoding (ppd_pipelined)",
-    "bild": "Big Little Decoder (bild)",
-    "prompt_decoding": "Parallel Prompt Decoding (prompt_decoding)",
-    "firp": "FIRP (firp)",
-    "cross": "Across methods (cross: this project's own comparisons)",
-}
+# package -> heading, in the order the README lists them (data: common/ names no paper package)
+HEADINGS = Path(__file__).resolve().parent.parent / "config" / "packages.yaml"
+
+
+def headings(path: Path = HEADINGS) -> dict[str, str]:
+    import yaml
+    return dict(yaml.safe_load(Path(path).read_text()) or {})
 HEAD = re.compile(r"^- \*\*(?P<key>[^*]+)\*\*: (?P<value>.*)$")
 
 
@@ -33,8 +33,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def summary(tables: list[Path]) -> str:
-    """SUMMARY.md's text from the tables' markdown (and the CSV beside each)."""
+def summary(tables: list[Path], titles: dict[str, str] | None = None) -> str:
+    """SUMMARY.md's text from the tables' markdown (and the CSV beside each); ``titles``:
+    package -> heading, in order (default: config/packages.yaml)."""
+    titles = headings() if titles is None else titles
     by_pkg: dict[str, list[Path]] = {}
     for t in sorted(tables, key=str):
         by_pkg.setdefault(t.parent.parent.name, []).append(t)
@@ -44,9 +46,9 @@ def summary(tables: list[Path]) -> str:
            "measured column the paper also reports (over the rows where both exist; — where the paper gives no "
            "number per row), and the verdict its notebook computed. The tables hold every number and name the "
            "records they rest on.", ""]
-    for pkg in [p for p in PACKAGES if p in by_pkg] + sorted(set(by_pkg) - set(PACKAGES)):
+    for pkg in [p for p in titles if p in by_pkg] + sorted(set(by_pkg) - set(titles)):
         heads = {t: header(t.read_text()) for t in by_pkg[pkg]}
-        out += [f"## {PACKAGES.get(pkg, pkg)}", ""]
+        out += [f"## {titles.get(pkg, pkg)}", ""]
         for label, keys in (("profile", ("profile",)), ("hardware", ("hardware", "device")), ("model", ("model",))):
             # one value per line item: a header may join several ("cpu: ..., cpu: ...")
             vals = sorted({v.strip() for h in heads.values() for k in keys if h.get(k)
@@ -69,11 +71,12 @@ def main(argv=None) -> None:
     ap = ArgumentParser(prog="python -m common.summary", description=__doc__.splitlines()[0])
     ap.add_argument("tables", nargs="+", type=Path, help="rendered tables: <root>/<package>/tables/<id>.md")
     ap.add_argument("--out", type=Path, required=True, help="where to write the summary (results/SUMMARY.md)")
+    ap.add_argument("--titles", type=Path, default=HEADINGS, help="package -> heading YAML (config/packages.yaml)")
     a = ap.parse_args(argv)
     bad = [str(t) for t in a.tables if t.suffix != ".md" or not t.is_file() or t.parent.name != "tables"]
     if bad:
         raise UserError(f"not a rendered table: {', '.join(bad)}; valid: <root>/<package>/tables/<id>.md")
-    text = summary(a.tables)
+    text = summary(a.tables, headings(a.titles))
     tmp = a.out.with_name(a.out.name + ".partial")
     tmp.write_text(text)
     tmp.replace(a.out)

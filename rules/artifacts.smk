@@ -39,9 +39,9 @@ for _aid, _spec in ARTIFACTS.items():
 # results/SUMMARY.md: per paper, each artifact's range beside the paper's and its verdict, read
 # from the rendered tables (common.summary); part of `all`, so it never lags the tables.
 rule summary:
-    input: [f for f in all_targets() if f.endswith(".md")]
+    input: tables=[f for f in all_targets() if f.endswith(".md")], titles="config/packages.yaml"
     output: f"{ROOT}/SUMMARY.md"
     log: f"{LOGS}/summary.log"
     conda: "../env.yml"
     params: py=PY
-    shell: "{params.py} -m common.summary {input} --out {output} > {log} 2>&1"
+    shell: "{params.py} -m common.summary {input.tables} --titles {input.titles} --out {output} > {log} 2>&1"

@@ -364,3 +364,34 @@ def bild_sweep_inputs(wildcards):
     variant (BILD, BILDR: rules/bild.smk)."""
     small = [] if BILD.small_layers is None else [f".cache/components/{P.name}/bild_small_{wildcards.variant}/model/config.json"]
     return [*model_files(BILDR.large(wildcards)), *small]
+
+
+def eagle_flags(c):
+    """``common.eagle`` flags of the profile's recipe (components.eagle)."""
+    flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
+             f"--max-len {c.get('max_len', 384)}", f"--noise {c.get('noise', 0.1)}"]
+    if c.get("tokens") is not None:
+        flags.append(f"--tokens {c['tokens']}")
+    if c.get("max_steps") is not None:
+        flags.append(f"--max-steps {c['max_steps']}")
+    return " ".join(flags)
+
+
+def parent_of_head(wildcards, output):
+    """EAGLE's output folder, read from its head file."""
+    return str(Path(output.head).parent)
+
+
+def parent_of_prompts(wildcards, output):
+    """The converted prompt tokens' folder, read from its checkpoint file."""
+    return str(Path(output.prompts).parent)
+
+
+def parent_of_stats(wildcards, output):
+    """The corpus folder, read from its summary file."""
+    return str(Path(output.stats).parent)
+
+
+def corpus_of_input(wildcards, input):
+    """The corpus folder a trainer reads, from its summary file among the inputs."""
+    return str(Path(input.corpus).parent)

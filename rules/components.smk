@@ -112,11 +112,6 @@ for _kind, _key in (("medusa", "{medusa_released}"), ("prompt_tokens", "{prompt_
               f"valid: released: {{{_kind}: <the authors' folder or hub id>}}", file=sys.stderr)
         sys.exit(2)
 
-def parent_of_prompts(wildcards, output):
-    """The converted prompt tokens' folder, read from its checkpoint file."""
-    return str(Path(output.prompts).parent)
-
-
 if RELEASED.get("medusa"):
     rule released_medusa:
         input: model_files(), teacher=f"{COMP}/teacher.pt"
@@ -162,28 +157,12 @@ rule corpus_shards:
     benchmark: f"{BENCH}/corpus_shards.tsv"
     threads: rule_threads("corpus_shards")
     resources: **rule_resources("corpus_shards")
-    params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, c=C["corpus_shards"], out=CORPUS
+    params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, c=C["corpus_shards"], out=parent_of_stats
     shell:
         "{params.env} {params.py} -m common.corpus --model {params.m} --out {params.out} --tokens {params.c[tokens]}"
         " --heldout {params.c[heldout]} --shard-prompts {params.c[shard_prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --max-prompt-tokens {params.c[max_prompt_tokens]} --batch-size {params.c[batch_size]}"
         " --gen-dtype {params.c[gen_dtype]} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
-
-
-def eagle_flags(c):
-    """``common.eagle`` flags of the profile's recipe (components.eagle)."""
-    flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
-             f"--max-len {c.get('max_len', 384)}", f"--noise {c.get('noise', 0.1)}"]
-    if c.get("tokens") is not None:
-        flags.append(f"--tokens {c['tokens']}")
-    if c.get("max_steps") is not None:
-        flags.append(f"--max-steps {c['max_steps']}")
-    return " ".join(flags)
-
-
-def parent_of_head(wildcards, output):
-    """EAGLE's output folder, read from its head file."""
-    return str(Path(output.head).parent)
 
 
 rule train_eagle:
@@ -199,7 +178,7 @@ rule train_eagle:
     threads: rule_threads("train_eagle")
     resources: **rule_resources("train_eagle")
     params:
-        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head, corpus=CORPUS,
+        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head, corpus=corpus_of_input,
         flags=eagle_flags(C["eagle"]),
     shell:
         "{params.env} {params.py} -m common.eagle --model {params.m} --corpus {params.corpus} --out {params.out}"
