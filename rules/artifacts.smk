@@ -42,6 +42,8 @@ rule summary:
     input: tables=[f for f in all_targets() if f.endswith(".md")], titles="config/packages.yaml"
     output: f"{ROOT}/SUMMARY.md"
     log: f"{LOGS}/summary.log"
+    threads: rule_threads("render")
+    resources: **rule_resources("render")
     conda: "../env.yml"
     params: py=PY
     shell: "{params.py} -m common.summary {input.tables} --titles {input.titles} --out {output} > {log} 2>&1"
