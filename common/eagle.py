@@ -1,11 +1,10 @@
 """EAGLE's draft head (:class:`EagleHead`) and its training on the corpus; the decoder that
 drafts with it is :mod:`common.decoders.eagle`.
 
-Data: the sharded self-distillation corpus (:mod:`common.corpus`) and one teacher-forced pass
-of the frozen target over it (:func:`build_features`): the final features ``h_j`` (after the
-final norm) at every position, written beside the corpus's shards under the cache folder,
-one ``.npy`` per shard (float16 for training shards, float32 for the held-out one), resumable
-by shard and tied to each shard's SHA-256.
+Data: the teacher cache (:mod:`common.teacher`) of the sharded self-distillation corpus
+(:mod:`common.corpus`): one teacher-forced pass of the frozen target, the final features
+``h_j`` (after the final norm, fp16) at every position of the model's own greedy answers, the
+same pass Medusa's heads and the draft train on, resumable by shard.
 
 Loss (EAGLE): at every answer position, the head reads ``(h_j, x_{j+1})`` and predicts
 ``h_{j+1}``; smooth-L1 between the prediction and ``h_{j+1}`` plus ``w_cls`` (0.1) times the
@@ -19,13 +18,12 @@ Held-out metrics (the corpus's held-out shard, the same prompts for every compon
 ``h_j`` and the token ``x_{j+1}``, puts the target's greedy token ``x_{j+2}`` first (what its
 first draft token gets right, comparable with Medusa's head 1), ``heldout_top5`` and the loss.
 
-CLI: ``python -m common.eagle --model M --corpus DIR --out DIR [--tokens N] ...``.
+CLI: ``python -m common.eagle --model M --teacher CACHE --corpus-dir DIR --out DIR [--corpus-tokens N] ...``.
 """
 from __future__ import annotations
 
 import copy
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +38,8 @@ from . import corpus as corpus_mod
 from .checkpoints import fingerprint
 from .errors import UserError, check_range
 from .forward import attention_mask_4d, backbone, causal_allow
+from .teacher import TeacherData
 
-FEATURES_DIR = "eagle_features"
 CHECKPOINT = "head.pt"
 DRAFT_VOCAB = "draft_vocab.json"  # token ids by training frequency (the decoder's ``vocab`` option)
 
@@ -115,68 +113,6 @@ def write_draft_vocab(folder: Path, order: torch.Tensor, counts=None) -> None:
 
 
 
-# -- the teacher-forced pass ------------------------------------------------------------------
-def sequence_features(model, shard: corpus_mod.Shard, batch_tokens: int = 4096) -> np.ndarray:
-    """``[T, H]`` final features of every position of every sequence of ``shard`` (fp32).
-
-    Sequences are batched by length (right-padded: with a causal mask no real position sees
-    a pad), about ``batch_tokens`` padded positions a batch.
-    """
-    lengths = np.diff(shard.offsets)
-    order = np.argsort(lengths, kind="stable")
-    backbone = model.model
-    out = np.zeros((len(shard.tokens), model.config.hidden_size), dtype=np.float32)
-    i = 0
-    while i < len(order):
-        width = int(lengths[order[i]])
-        j = i
-        while j < len(order) and (j - i + 1) * int(lengths[order[j]]) <= max(batch_tokens, width):
-            j += 1
-        idx = order[i:max(j, i + 1)]
-        width = int(lengths[idx].max())
-        ids = torch.zeros(len(idx), width, dtype=torch.long)
-        for r, s in enumerate(idx):
-            seq = shard.tokens[shard.offsets[s]:shard.offsets[s + 1]]
-            ids[r, :len(seq)] = torch.from_numpy(seq.astype(np.int64))
-        with torch.inference_mode():
-            h = backbone(input_ids=ids.to(model.device)).last_hidden_state.float().cpu().numpy()
-        for r, s in enumerate(idx):
-            n = int(lengths[s])
-            out[shard.offsets[s]:shard.offsets[s] + n] = h[r, :n]
-        i = max(j, i + 1)
-    return out
-
-
-def build_features(model, corpus_dir: Path, out_dir: Path, tokens: int | None = None) -> dict:
-    """Features of the held-out shard and of the training shards up to ``tokens`` answer
-    tokens; a shard whose file exists for the same corpus shard hash is not redone.
-    Returns ``{"heldout": path, "shards": [(corpus file, features path)], "wall_s"}``."""
-    corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
-    manifest = corpus_mod.open_corpus(corpus_dir, model=model)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [(manifest["heldout"], np.float32)]
-    seen = 0
-    for s in manifest["shards"]:
-        if tokens is not None and seen >= tokens:
-            break
-        todo.append((s, np.float16))
-        seen += s["answer_tokens"]
-    done, wall = [], 0.0
-    for s, dtype in tqdm(todo, desc="eagle features", unit="shard"):
-        path = out_dir / (Path(s["file"]).stem + f".{s['sha256'][:12]}.npy")
-        if not path.is_file():
-            t = time.perf_counter()
-            feats = sequence_features(model, corpus_mod.read_shard(corpus_dir / s["file"], s["sha256"]))
-
-            def write(tmp, feats=feats, dtype=dtype):
-                with open(tmp, "wb") as f:
-                    np.save(f, feats.astype(dtype))
-            corpus_mod._atomic(path, write)
-            wall += time.perf_counter() - t
-        done.append((s["file"], path))
-    return {"heldout": done[0][1], "shards": done[1:], "wall_s": wall}
-
-
 # -- training data ----------------------------------------------------------------------------
 @dataclass
 class SeqData:
@@ -212,13 +148,12 @@ class SeqData:
         return f.to(device), ids.to(device), mask[:, :width - 1].to(device)
 
 
-def load_data(corpus_dir: Path, feats: dict) -> tuple[SeqData, SeqData]:
-    m = corpus_mod.open_corpus(corpus_dir)
-    sha = {s["file"]: s["sha256"] for s in m["shards"]}
-    train = SeqData([corpus_mod.read_shard(Path(corpus_dir) / f, sha[f]) for f, _ in feats["shards"]],
-                    [np.load(p, mmap_mode="r") for _, p in feats["shards"]])
-    held = SeqData([corpus_mod.heldout(corpus_dir)], [np.load(feats["heldout"], mmap_mode="r")])
-    return train, held
+def from_teacher(data: TeacherData) -> SeqData:
+    """A teacher cache's sequences (:class:`common.teacher.TeacherData`) as one memory-resident
+    shard: its ids, prompt lengths and fp16 final features."""
+    shard = corpus_mod.Shard(tokens=data.ids.numpy(), offsets=data.offsets.numpy(), starts=data.start.numpy(),
+                             prompt_index=np.arange(len(data)))
+    return SeqData([shard], [data.hidden.numpy()])
 
 
 def head_step(head: EagleHead, model, f: torch.Tensor, ids: torch.Tensor, noise: float = 0.0) -> torch.Tensor:
@@ -327,18 +262,15 @@ def save_trees(out_dir: Path, acc: list[list[float]]) -> dict:
     return out
 
 
-def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | None = None,
-               max_len: int = 384, w_cls: float = 0.1, noise: float = 0.1, features_dir: Path | None = None) -> dict:
-    """Train a head on the corpus (``tokens`` training answer tokens, all by default);
-    writes ``out_dir/head.pt``, ``curve.jsonl`` and returns the stats."""
+def train_head(model, teacher: dict, out_dir: Path, cfg, stop, max_len: int = 384, w_cls: float = 0.1,
+               noise: float = 0.1) -> dict:
+    """Train a head on a teacher cache (``teacher``: what :func:`common.teacher.load_or_build`
+    returns); writes ``out_dir/head.pt``, ``curve.jsonl`` and returns the stats."""
     from .records import write_json
     from .training import train
 
     out_dir = Path(out_dir)
-    t0 = time.perf_counter()
-    feats = build_features(model, corpus_dir, features_dir or out_dir / FEATURES_DIR, tokens)
-    feat_s = time.perf_counter() - t0
-    train_data, held = load_data(corpus_dir, feats)
+    train_data, held = from_teacher(teacher["train"]), from_teacher(teacher["heldout"])
     examples = train_data.examples()
     model.requires_grad_(False)
     torch.manual_seed(cfg.seed)
@@ -350,8 +282,8 @@ def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | 
         return eagle_loss(module, model, f, ids, mask, w_cls, noise)[0]
 
     answer_tokens = sum(s.answer_tokens for s in train_data.shards)
-    meta = {**head_meta(model), "corpus": corpus_mod.open_corpus(corpus_dir)["recipe"]["model_id"],
-            "answer_tokens": answer_tokens, "max_len": max_len, "w_cls": w_cls, "noise": noise}
+    meta = {**head_meta(model), "teacher": teacher["key"], "answer_tokens": answer_tokens, "max_len": max_len,
+            "w_cls": w_cls, "noise": noise}
     log = train(head, examples, loss_fn, cfg, out_dir / CHECKPOINT, out_dir / "train_log.jsonl", meta,
                 desc="eagle head",
                 evaluate=lambda m: evaluate(m, model, held, max_len, w_cls=w_cls), stop=stop,
@@ -372,7 +304,8 @@ def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | 
     order = order[counts[order] > 0]
     write_draft_vocab(out_dir, torch.from_numpy(order), counts[order])
     stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
-             "train_wall_s": round(state.get("wall_s", 0.0), 1), "features_wall_s": round(feat_s, 1),
+             "train_wall_s": round(state.get("wall_s", 0.0), 1), "teacher_wall_s": teacher.get("wall_s"),
+             "corpus": teacher.get("corpus"),
              "stopped": state.get("stopped"), "final": state["curve"][-1] if state.get("curve") else None,
              "params": sum(p.numel() for p in head.parameters()), "depth_acc_top1": [a[0] for a in acc],
              "tree_expected_accept_length": trees}
@@ -381,38 +314,29 @@ def train_head(model, corpus_dir: Path, out_dir: Path, cfg, stop, tokens: int | 
 
 
 def _main(argv=None) -> None:
-    import argparse
+    from . import teacher as teacher_cache
+    from .train_cli import component_main
 
-    from .models import load_model
-    from .train_cli import add_train_args, train_setup
+    def add_args(ap):
+        ap.add_argument("--head-max-len", type=int, default=384, help="positions per training sequence (its end kept)")
+        ap.add_argument("--w-cls", type=float, default=0.1)
+        ap.add_argument("--noise", type=float, default=0.1)
 
-    ap = argparse.ArgumentParser(description="train EAGLE's draft head on the sharded corpus")
-    add_train_args(ap, lr=3e-4, batch_size=4, eval_every=200)
-    ap.add_argument("--corpus", type=Path, required=True, help="corpus directory (python -m common.corpus)")
-    ap.add_argument("--tokens", type=int, default=None, help="training answer tokens to use (default: all)")
-    ap.add_argument("--max-len", type=int, default=384)
-    ap.add_argument("--w-cls", type=float, default=0.1)
-    ap.add_argument("--noise", type=float, default=0.1)
-    ap.add_argument("--features", type=Path, default=None, help="where the teacher features go (default: OUT/"
-                    f"{FEATURES_DIR})")
-    a = ap.parse_args(argv)
-    check_range("--max-len", a.max_len, 3)
-    if a.tokens is not None:
-        check_range("--tokens", a.tokens, 1)
-    cfg, stop = train_setup(a, warmup_frac=0.02)
-    model, tok = load_model(a.model, device=a.device)
-    corpus_mod.open_corpus(a.corpus, model=model, tokenizer=tok)
-    stats = train_head(model, a.corpus, a.out, cfg, stop, a.tokens, a.max_len, a.w_cls, a.noise, a.features)
-    from .hardware import provenance
-    stats = {**stats, **provenance(a.model, a.device), "threads": torch.get_num_threads()}
-    if a.stats_out:
-        from .records import write_json
-        write_json(a.stats_out, stats)
-    if a.curve_out:
-        import shutil
-        Path(a.curve_out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(a.out) / "curve.jsonl", a.curve_out)
-    print(json.dumps({k: v for k, v in stats.items() if k != "corpus"}))
+    def check_args(a):
+        check_range("--head-max-len", a.head_max_len, 3)
+
+    def run(a, model, tok, data, cfg, stop):
+        stats = train_head(model, data, a.out, cfg, stop, a.head_max_len, a.w_cls, a.noise)
+        stats["threads"] = torch.get_num_threads()
+        if a.curve_out:
+            import shutil
+            Path(a.curve_out).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(a.out) / "curve.jsonl", a.curve_out)
+        return stats
+
+    component_main("train EAGLE's draft head on the teacher cache", add_args, run,
+                   (teacher_cache.add_args, teacher_cache.from_args), argv, lr=3e-4, batch_size=4, eval_every=200,
+                   check_args=check_args)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,13 @@ Head ``k`` (0-based) reads the base model's last hidden state at position ``t`` 
 final norm) and predicts token ``t + k + 2`` (the base LM head predicts ``t + 1``). Each head
 is a residual SiLU block (zero-initialized, so it starts as the identity) followed by its own
 vocabulary projection initialized from the base LM head. The base model stays frozen;
-heads train on its own next-token predictions over real text (the teacher cache,
-:mod:`common.teacher`) until the held-out top-1 of head 1 flattens, and are measured on its
-greedy continuations (:mod:`common.selfdistill`).
+heads train on its own next-token predictions over the teacher cache's text
+(:mod:`common.teacher`; in the embedded profile the sharded corpus of its own greedy answers)
+until the held-out top-1 of head 1 flattens, and are measured on the cache's held-out greedy
+answers.
 
     python -m common.medusa --model smollm2-135m-instruct --out .cache/components/embedded/medusa \
-        --teacher .cache/components/embedded/teacher.pt --heldout-corpus .cache/components/embedded/corpus.pt \
+        --teacher .cache/components/embedded/teacher.pt --corpus-dir results/corpus/embedded \
         [--heads 4 --share-lm-head --batch-size 256 --eval-every 50 --wall-budget 900]
 
 writes ``heads.pt`` (checkpoint), ``curve.jsonl`` (held-out loss and top-1 per head by step),

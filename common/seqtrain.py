@@ -11,6 +11,8 @@ continuation from any cut inside an answer is the rest of the answer, so the tea
 distance after a cut is one forward's distribution there (self-distillation without a
 generation per cut). Training prompts follow the held-out ones in ShareGPT; the held-out set is
 the one the Medusa heads and the draft are measured on, so accuracies compare across components.
+With ``--corpus-dir`` both come from the sharded corpus (:mod:`common.corpus`), as the teacher
+cache's do.
 """
 from __future__ import annotations
 
@@ -74,29 +76,57 @@ def cuts_loss(seqs: list[tuple[torch.Tensor, int]], k: int, span, loss_of):
 
 
 def add_args(ap) -> None:
-    """The corpora's settings (training and held-out greedy answers)."""
-    ap.add_argument("--corpus", type=Path, required=True, help="training greedy corpus cache (built if missing)")
+    """The corpora's settings (training and held-out greedy answers): the sharded corpus
+    (``--corpus-dir``) or the two greedy corpus caches (``--corpus``, ``--heldout-corpus``)."""
+    ap.add_argument("--corpus-dir", type=Path, default=None,
+                    help="the sharded corpus (python -m common.corpus): its shards train, its held-out shard evaluates")
+    ap.add_argument("--corpus-tokens", type=int, default=None, help="answer tokens of --corpus-dir to train on (default: all)")
+    ap.add_argument("--corpus", type=Path, default=None, help="training greedy corpus cache (built if missing)")
     ap.add_argument("--prompts", type=int, default=256, help="ShareGPT prompts answered for training")
-    ap.add_argument("--heldout-corpus", type=Path, required=True, help="held-out greedy corpus cache")
+    ap.add_argument("--heldout-corpus", type=Path, default=None, help="held-out greedy corpus cache")
     ap.add_argument("--heldout-prompts", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--max-prompt-tokens", type=int, default=96, help="training prompts are cut to this")
 
 
+def corpus_sequences(corpus_dir: Path, model, tokens: int | None, max_prompt_tokens: int | None) -> dict:
+    """``{"train", "heldout"}`` greedy sequences of the sharded corpus: the training shards up to
+    ``tokens`` answer tokens (prompts cut to their last ``max_prompt_tokens``), and its held-out
+    shard whole (the set every component is measured on)."""
+    from . import corpus as corpus_mod
+    from .teacher import shard_sequences
+
+    corpus_mod.open_corpus(corpus_dir, model=model)
+    train = [seq for shard in corpus_mod.iter_shards(corpus_dir, tokens) for seq in shard_sequences(shard, max_prompt_tokens)]
+    held = shard_sequences(corpus_mod.heldout(corpus_dir))
+    return {"train": train, "heldout": held}
+
+
 def from_args(a, model, tokenizer) -> dict:
-    """``{"train": [(ids [L], start)], "heldout": [...]}``: the held-out greedy corpus (the
-    first ``heldout_prompts`` ShareGPT prompts, shared with the teacher cache) and the training
-    one (the next ``prompts``), each built once and cached."""
-    check_range("--prompts", a.prompts, 1)
-    held = selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
-                                     max_new_tokens=a.answer_tokens)
-    train = selfdistill.load_or_build(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,
-                                      max_prompt_tokens=a.max_prompt_tokens, skip=a.heldout_prompts)
+    """``{"train": [(ids [L], start)], "heldout": [...]}``: with ``--corpus-dir`` the sharded
+    corpus (:func:`corpus_sequences`); otherwise the held-out greedy corpus (the first
+    ``heldout_prompts`` ShareGPT prompts, shared with the teacher cache) and the training one
+    (the next ``prompts``), each built once and cached."""
+    if a.corpus_dir is not None:
+        if a.corpus_tokens is not None:
+            check_range("--corpus-tokens", a.corpus_tokens, 1)
+        raw = corpus_sequences(a.corpus_dir, model, a.corpus_tokens, a.max_prompt_tokens)
+        held, train, source = raw["heldout"], raw["train"], a.corpus_dir
+    else:
+        if a.corpus is None or a.heldout_corpus is None:
+            raise UserError("the training sequences need --corpus-dir (the sharded corpus) or both --corpus and "
+                            "--heldout-corpus (greedy corpus caches)")
+        check_range("--prompts", a.prompts, 1)
+        held = selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
+                                         max_new_tokens=a.answer_tokens)
+        train = selfdistill.load_or_build(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,
+                                          max_prompt_tokens=a.max_prompt_tokens, skip=a.heldout_prompts)
+        source = a.corpus
     dev = model.device
 
     def seqs(corpus):
         return [(torch.tensor(c["ids"], device=dev), int(c["start"])) for c in corpus]
     out = {"train": seqs(train), "heldout": seqs(held)}
     if not any(len(ids) - start >= 2 for ids, start in out["train"]):
-        raise UserError(f"the training corpus {a.corpus} has no answer of 2 tokens or more")
+        raise UserError(f"the training corpus {source} has no answer of 2 tokens or more")
     return out

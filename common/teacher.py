@@ -11,10 +11,19 @@ The held-out set is different on purpose: the base model's own *greedy* continua
 (:mod:`common.selfdistill`, of prompts the training text never contains), since that is what
 decoding sees. It goes through the same pass, so every trainer reads one file:
 
-    python -m common.teacher --model smollm2-135m-instruct --out .cache/components/embedded/teacher.pt \\
+    python -m common.teacher --model smollm2-135m-instruct --teacher .cache/components/embedded/teacher.pt \\
         --heldout-corpus .cache/components/embedded/corpus.pt --heldout-prompts 32 --sequences 256
 
 The file is keyed by the model's fingerprint and every setting; a change rebuilds it.
+
+With ``--corpus-dir`` the pass reads the sharded self-distillation corpus (:mod:`common.corpus`)
+instead: its training shards (the model's own greedy answers, up to ``--corpus-tokens`` answer
+tokens) are the training set and its held-out shard the held-out set, the same prompts for every
+component. Each shard's pass is kept beside the cache (``<cache>_parts/``, keyed by the shard's
+SHA-256), so a killed pass resumes at the first unfinished shard:
+
+    python -m common.teacher --model smollm2-135m-instruct --teacher .cache/components/embedded/teacher.pt \\
+        --corpus-dir results/corpus/embedded --corpus-tokens 1000000 [--pass-dtype bfloat16]
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from . import corpus as corpus_mod
 from . import selfdistill
 from .checkpoints import fingerprint
 from .checks import check_device
@@ -138,6 +148,85 @@ def teacher_pass(model, seqs: list[dict], topk: int = 32, batch_size: int = 8,
                        start=torch.tensor([int(s["start"]) for s in seqs]))
 
 
+def concat(parts: list[TeacherData]) -> TeacherData:
+    """One :class:`TeacherData` holding ``parts``' sequences in order."""
+    if not parts:
+        raise UserError("teacher pass: no sequences")
+    lengths = torch.cat([p.offsets.diff() for p in parts])
+    return TeacherData(ids=torch.cat([p.ids for p in parts]), hidden=torch.cat([p.hidden for p in parts]),
+                       argmax=torch.cat([p.argmax for p in parts]), top_idx=torch.cat([p.top_idx for p in parts]),
+                       top_logp=torch.cat([p.top_logp for p in parts]),
+                       offsets=torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+                       start=torch.cat([p.start for p in parts]))
+
+
+def shard_sequences(shard: "corpus_mod.Shard", max_prompt_tokens: int | None = None) -> list[dict]:
+    """A corpus shard's sequences as :func:`teacher_pass` takes them; prompts longer than
+    ``max_prompt_tokens`` keep their last tokens (as the corpus itself cuts them)."""
+    out = []
+    for seq in shard.sequences():
+        cut = 0 if max_prompt_tokens is None else max(0, seq["start"] - max_prompt_tokens)
+        out.append({"ids": seq["ids"][cut:], "start": seq["start"] - cut})
+    return out
+
+
+def _shard_pass(model, shard_meta: dict, corpus_dir: Path, parts: Path, tag: str, topk: int, batch_size: int,
+                max_prompt_tokens: int | None, desc: str) -> tuple[TeacherData, float]:
+    """One shard's pass, read from ``parts`` when an earlier run finished it (same shard hash
+    and settings, in ``tag``); written there atomically otherwise. Returns it and the seconds spent."""
+    path = parts / f"{Path(shard_meta['file']).stem}.{shard_meta['sha256'][:12]}.{tag}.pt"
+    if path.is_file():
+        return TeacherData(**torch.load(path, weights_only=True)), 0.0
+    t = time.perf_counter()
+    shard = corpus_mod.read_shard(corpus_dir / shard_meta["file"], shard_meta["sha256"])
+    data = teacher_pass(model, shard_sequences(shard, max_prompt_tokens), topk, batch_size, desc=desc)
+    corpus_mod._atomic(path, lambda tmp: torch.save(vars(data), tmp))
+    return data, time.perf_counter() - t
+
+
+def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None, topk: int = 32,
+                batch_size: int = 8, max_prompt_tokens: int | None = None, pass_dtype: str = "bfloat16") -> dict:
+    """The teacher cache of a sharded corpus (:mod:`common.corpus`).
+
+    Training set: the training shards in order until ``tokens`` answer tokens (None: all),
+    passed in ``pass_dtype`` (the dtype the corpus generated them in is the natural choice;
+    bfloat16 runs on this CPU's bf16 units at several times fp32's tokens/s); held-out set: the
+    corpus's held-out shard, passed in the model's own dtype (fp32 in the embedded profile: its
+    answers are greedy in the dtype decoding runs).
+    Returns what :func:`load_or_build` returns; ``key`` names the shards by hash.
+    """
+    corpus_dir, parts = Path(corpus_dir), Path(parts)
+    manifest = corpus_mod.open_corpus(corpus_dir, model=model)
+    if not manifest["heldout"] or not manifest["shards"]:
+        raise UserError(f"corpus {corpus_dir} has no held-out shard or no training shard yet; "
+                        "valid: a corpus built by python -m common.corpus")
+    if pass_dtype not in ("float32", "bfloat16"):
+        raise UserError(f"pass_dtype={pass_dtype!r} is unknown; valid: float32, bfloat16")
+    chosen = _chosen(manifest, tokens)
+    seen = sum(s["answer_tokens"] for s in chosen)
+    parts.mkdir(parents=True, exist_ok=True)
+    cut = "" if max_prompt_tokens is None else f"p{max_prompt_tokens}"
+    wall = {"heldout_pass": 0.0, "train_pass": 0.0}
+    held, w = _shard_pass(model, manifest["heldout"], corpus_dir, parts, f"k{topk}.{str(model.dtype).removeprefix('torch.')}", topk, batch_size,
+                          None, "teacher pass (held-out shard)")
+    wall["heldout_pass"] += w
+    same = getattr(torch, pass_dtype) == model.dtype
+    runner = model if same else None
+    train = []
+    for s in tqdm(chosen, desc=f"teacher pass ({len(chosen)} corpus shards, {pass_dtype})", unit="shard"):
+        tag = f"k{topk}{cut}.{pass_dtype}"
+        path = parts / f"{Path(s['file']).stem}.{s['sha256'][:12]}.{tag}.pt"
+        if runner is None and not path.is_file():
+            runner = corpus_mod._cast_copy(model, getattr(torch, pass_dtype))  # made once, when a shard needs it
+        data, w = _shard_pass(runner, s, corpus_dir, parts, tag, topk, batch_size, max_prompt_tokens,
+                              f"teacher pass {s['file']}")
+        wall["train_pass"] += w
+        train.append(data)
+    key = _corpus_key(model, manifest, tokens, topk, max_prompt_tokens, pass_dtype)
+    return {"key": key, "train": concat(train), "heldout": held, "wall_s": wall,
+            "corpus": {"dir": str(corpus_dir), "shards": len(chosen), "answer_tokens": seen}}
+
+
 def sharegpt_text(tokenizer, n: int, skip: int = 0, max_len: int = 256, max_prompt_tokens: int = 96,
                   dataset: str = "sharegpt") -> list[dict]:
     """``n`` real conversations after the first ``skip`` samples (the held-out prompts): the
@@ -169,14 +258,31 @@ def read_cache(path: Path) -> dict:
 
 def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_prompts: int,
                   answer_tokens: int, sequences: int, max_len: int = 256, max_prompt_tokens: int = 96,
-                  topk: int = 32, batch_size: int = 8) -> dict:
+                  topk: int = 32, batch_size: int = 8, corpus_dir: Path | None = None,
+                  corpus_tokens: int | None = None, pass_dtype: str = "bfloat16") -> dict:
     """The teacher cache at ``path`` (git-ignored), built once and reused while the model and
     every setting match.
+
+    ``corpus_dir``: read the sharded corpus instead (:func:`from_corpus`; ``heldout_corpus``,
+    ``heldout_prompts``, ``answer_tokens``, ``sequences`` and ``max_len`` are then unused, and
+    ``max_prompt_tokens`` cuts the training shards' prompts).
 
     Returns:
         ``{"key", "train": TeacherData (ShareGPT text), "heldout": TeacherData (greedy
         continuations), "wall_s": {"heldout_corpus", "heldout_pass", "train_pass"}}``.
     """
+    path = Path(path)
+    if corpus_dir is not None:
+        parts = path.with_name(path.stem + "_parts")
+        if path.is_file():
+            data = read_cache(path)
+            manifest = corpus_mod.open_corpus(corpus_dir, model=model)
+            if data.get("key", {}).get("shards") and data["key"] == _corpus_key(model, manifest, corpus_tokens, topk,
+                                                                                  max_prompt_tokens, pass_dtype):
+                return data
+        data = from_corpus(model, corpus_dir, parts, corpus_tokens, topk, batch_size, max_prompt_tokens, pass_dtype)
+        _save(path, data)
+        return data
     key = {"version": VERSION, **fingerprint(model), "heldout_prompts": heldout_prompts,
            "answer_tokens": answer_tokens, "sequences": sequences, "max_len": max_len,
            "max_prompt_tokens": max_prompt_tokens, "topk": topk}
@@ -199,17 +305,46 @@ def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_pr
     train = teacher_pass(model, text, topk, batch_size, desc="teacher pass (ShareGPT text)")
     wall["train_pass"] = time.perf_counter() - t
     data = {"key": key, "train": train, "heldout": held, "wall_s": wall}
+    _save(path, data)
+    return data
+
+
+def _corpus_key(model, manifest: dict, tokens, topk, max_prompt_tokens, pass_dtype) -> dict:
+    """:func:`from_corpus`'s key without running it (the shards ``tokens`` takes, by hash)."""
+    chosen = [s["sha256"] for s in _chosen(manifest, tokens)]
+    return {"version": VERSION, **fingerprint(model), "corpus": manifest["recipe"],
+            "heldout": manifest["heldout"]["sha256"] if manifest["heldout"] else None, "shards": chosen,
+            "topk": topk, "max_prompt_tokens": max_prompt_tokens, "pass_dtype": pass_dtype}
+
+
+def _chosen(manifest: dict, tokens: int | None) -> list[dict]:
+    """The training shards, in order, until ``tokens`` answer tokens (None: all)."""
+    chosen, seen = [], 0
+    for s in manifest["shards"]:
+        if tokens is not None and seen >= tokens:
+            break
+        chosen.append(s)
+        seen += s["answer_tokens"]
+    return chosen
+
+
+def _save(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
-    torch.save({**data, "train": vars(train), "heldout": vars(held)}, tmp)
+    torch.save({**data, "train": vars(data["train"]), "heldout": vars(data["heldout"])}, tmp)
     tmp.replace(path)
-    return data
 
 
 def add_args(ap) -> None:
     """The teacher cache's settings, shared by this CLI and the trainers' command line."""
     ap.add_argument("--teacher", type=Path, required=True, help="teacher cache (built if missing or stale)")
-    ap.add_argument("--heldout-corpus", type=Path, required=True, help="held-out greedy corpus cache")
+    ap.add_argument("--heldout-corpus", type=Path, default=None,
+                    help="held-out greedy corpus cache (needed without --corpus-dir)")
+    ap.add_argument("--corpus-dir", type=Path, default=None,
+                    help="the sharded corpus (python -m common.corpus): its shards train, its held-out shard evaluates")
+    ap.add_argument("--corpus-tokens", type=int, default=None, help="answer tokens of the corpus to pass (default: all)")
+    ap.add_argument("--pass-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="dtype of the corpus's training-shard pass (the held-out shard is always float32)")
     ap.add_argument("--heldout-prompts", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--sequences", type=int, default=256, help="ShareGPT conversations in the teacher pass")
@@ -219,8 +354,13 @@ def add_args(ap) -> None:
 
 
 def from_args(a, model, tokenizer) -> dict:
+    if a.corpus_dir is None and a.heldout_corpus is None:
+        raise UserError("the teacher cache needs --heldout-corpus (ShareGPT text) or --corpus-dir (the sharded corpus)")
+    if a.corpus_tokens is not None:
+        check_range("--corpus-tokens", a.corpus_tokens, 1)
     return load_or_build(a.teacher, model, tokenizer, a.heldout_corpus, a.heldout_prompts, a.answer_tokens,
-                         a.sequences, a.max_len, a.max_prompt_tokens, a.topk)
+                         a.sequences, a.max_len, a.max_prompt_tokens, a.topk, corpus_dir=a.corpus_dir,
+                         corpus_tokens=a.corpus_tokens, pass_dtype=a.pass_dtype)
 
 
 def _main(argv=None) -> None:

@@ -25,7 +25,7 @@ wildcard_constraints:
 # The small models come from the draft family's trainer (common.draft) on the shared teacher cache,
 # with hard labels: the reference text (unaligned) or the large model's greedy tokens (aligned).
 rule bild_small:
-    input: teacher=f".cache/components/{P.name}/teacher.pt", corpus=f".cache/components/{P.name}/corpus.pt"
+    input: teacher=lambda w: bild_small_teacher(w)[0], **teacher_inputs(C["teacher"])
     output:
         model=f".cache/components/{P.name}/bild_small_{{variant}}/model/config.json",
         stats=f"{BILD_RAW}/small_{{variant}}_stats.json",
@@ -37,10 +37,10 @@ rule bild_small:
     resources: **rule_resources("bild_small")
     params:
         env=ENV, py=PY, p=P, b=BILD, labels=BILDR.labels, d=BILDR.train(C["draft"]),
-        teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(BILDR.train(C["draft"])),
+        teacher=lambda w: bild_small_teacher(w)[1], stop=stopping_flags(BILDR.train(C["draft"])),
     shell:
         "{params.env} {params.py} -m common.draft --model {params.b.model} --teacher {input.teacher}"
-        " --heldout-corpus {input.corpus} {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
+        " {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
         " --out .cache/components/{params.p.name}/bild_small_{wildcards.variant} --stats-out {output.stats}"
         " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
         " --device {params.p.device} --threads {params.p.threads} > {log} 2>&1"
@@ -113,10 +113,10 @@ rule bild_exit_train:
     resources: **rule_resources("bild_exit_train")
     params:
         env=f"{ENV} {KEEP_MEMORY}", py=PY, p=P, ee=BILD.early_exit, out=BILDR.exit_dir, caches=BILDR.exit_teacher,
-        flags=BILDR.exit_train_flags, teacher=teacher_flags(C["corpus"], C["teacher"]),
+        flags=BILDR.exit_train_flags, teacher=bild_exit_teacher_flags,
     shell:
         "{params.env} {params.py} -m bild.exits --model {params.ee.model} {params.flags}"
-        " --teacher {params.caches[teacher]} --heldout-corpus {params.caches[corpus]} {params.teacher}"
+        " --teacher {params.caches[teacher]} {params.teacher}"
         " --out {params.out} --stats-out {output.stats} --curve-out {output.curve}"
         " --device {params.p.device} --threads {params.p.threads} > {log} 2>&1"
 

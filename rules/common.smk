@@ -186,10 +186,52 @@ def stopping_flags(c):
     return flags + (f" --wall-budget {c['wall_budget_s']}" if c.get("wall_budget_s") else "")
 
 
-def teacher_flags(c, t):
-    """Where the teacher cache is and how it was made (it is rebuilt if these change)."""
-    return (f"--heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']} --sequences {t['sequences']}"
+def teacher_flags(c, t, heldout=None):
+    """What the teacher cache reads and how it was made (it is rebuilt if these change): the
+    sharded corpus (``t["source"] == "corpus"``: its shards train, its held-out shard
+    evaluates), or ShareGPT text with the held-out greedy corpus cache ``heldout`` (default:
+    the components' ``corpus.pt``)."""
+    if t["source"] == "corpus":
+        tokens = "" if t["corpus_tokens"] is None else f" --corpus-tokens {t['corpus_tokens']}"
+        return (f"--corpus-dir {ROOT}/corpus/{P.name}{tokens} --pass-dtype {t['pass_dtype']}"
+                f" --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
+    return (f"--heldout-corpus {heldout or f'.cache/components/{P.name}/corpus.pt'}"
+            f" --heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']} --sequences {t['sequences']}"
             f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
+
+
+def bild_small_teacher(wildcards):
+    """``(cache, flags)`` of a BiLD small model's training: the reference text's pass for the
+    unaligned one (rule teacher_text), the shared cache otherwise."""
+    if BILDR.labels(wildcards) == "text":
+        return f".cache/components/{P.name}/teacher_text.pt", teacher_flags(C["corpus"], TEACHER_TEXT)
+    return f".cache/components/{P.name}/teacher.pt", teacher_flags(C["corpus"], C["teacher"])
+
+
+def teacher_inputs(t):
+    """The files the shared teacher cache is built from (:func:`teacher_flags`)."""
+    if t["source"] == "corpus":
+        return {"corpus": f"{ROOT}/corpus/{P.name}/stats.json"}
+    return {"corpus": f".cache/components/{P.name}/corpus.pt"}
+
+
+def seq_inputs():
+    """The in-forward trainers' data files of the profile's model (:func:`seq_data_flags`)."""
+    if C["seqcorpus"]["source"] == "corpus":
+        return {"shards": f"{ROOT}/corpus/{P.name}/stats.json"}
+    return {"corpus": f".cache/components/{P.name}/corpus.pt", "seqcorpus": f".cache/components/{P.name}/seqcorpus.pt"}
+
+
+def seq_data_flags(wildcards, input):
+    """``common.seqtrain`` flags: the greedy corpus caches among the inputs (a variant with its own
+    base model, or source greedy), else the sharded corpus."""
+    c, s = C["corpus"], C["seqcorpus"]
+    rest = (f"--prompts {s['prompts']} --max-prompt-tokens {s['max_prompt_tokens']}"
+            f" --heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']}")
+    if hasattr(input, "seqcorpus"):
+        return f"--corpus {input.seqcorpus} --heldout-corpus {input.corpus} {rest}"
+    tokens = "" if s.get("corpus_tokens") is None else f" --corpus-tokens {s['corpus_tokens']}"
+    return f"--corpus-dir {Path(input.shards).parent}{tokens} {rest}"
 
 
 def parent_of_ckpt(wildcards, output):
@@ -246,7 +288,7 @@ def pd_train_inputs(wildcards):
         own = f"{COMP}/prompt_tokens/{wildcards.pdv}"
         ins = {"corpus": f"{own}/corpus.pt", "seqcorpus": f"{own}/seqcorpus.pt", "base": pd_base_files(wildcards.pdv)}
     else:
-        ins = {"corpus": f"{COMP}/corpus.pt", "seqcorpus": f"{COMP}/seqcorpus.pt"}
+        ins = seq_inputs()
     src = pd_train_config(wildcards).get("init_from")
     if src:
         ins["init"] = f"{COMP}/prompt_tokens/{src}/prompts.pt"
@@ -355,8 +397,17 @@ def firp_exit_flags():
 def bild_exit_inputs(wildcards):
     """An exit training's model and, when it is the profile's model, the shared teacher and
     held-out corpus caches (otherwise the trainer builds its own; BILD, BILDR: rules/bild.smk)."""
-    shared = BILDR.exit_teacher(wildcards) if BILDR.exit_shares_teacher() else {}
+    shared = ({"teacher": BILDR.exit_teacher(wildcards)["teacher"], **teacher_inputs(C["teacher"])}
+              if BILDR.exit_shares_teacher() else {})
     return {"model": model_files(BILD.early_exit.model), **shared}
+
+
+def bild_exit_teacher_flags(wildcards):
+    """The exit training's teacher flags: the shared cache's when it trains the profile's model,
+    else ShareGPT text with its own held-out corpus cache (BILDR: rules/bild.smk)."""
+    if BILDR.exit_shares_teacher():
+        return teacher_flags(C["corpus"], C["teacher"])
+    return teacher_flags(C["corpus"], {**C["teacher"], "source": "sharegpt"}, BILDR.exit_teacher(wildcards)["corpus"])
 
 
 def bild_sweep_inputs(wildcards):
@@ -369,9 +420,7 @@ def bild_sweep_inputs(wildcards):
 def eagle_flags(c):
     """``common.eagle`` flags of the profile's recipe (components.eagle)."""
     flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
-             f"--max-len {c.get('max_len', 384)}", f"--noise {c.get('noise', 0.1)}"]
-    if c.get("tokens") is not None:
-        flags.append(f"--tokens {c['tokens']}")
+             f"--head-max-len {c['max_len']}", f"--noise {c['noise']}"]
     if c.get("max_steps") is not None:
         flags.append(f"--max-steps {c['max_steps']}")
     return " ".join(flags)
@@ -390,8 +439,3 @@ def parent_of_prompts(wildcards, output):
 def parent_of_stats(wildcards, output):
     """The corpus folder, read from its summary file."""
     return str(Path(output.stats).parent)
-
-
-def corpus_of_input(wildcards, input):
-    """The corpus folder a trainer reads, from its summary file among the inputs."""
-    return str(Path(input.corpus).parent)

@@ -8,6 +8,8 @@ from common.medusa import TREE_SIZES
 
 COMP = f".cache/components/{P.name}"
 C = P.raw["components"]
+# the settings of a pass over ShareGPT's reference replies (rule teacher_text), where a profile has one
+TEACHER_TEXT = {"source": "sharegpt", **C["teacher_text"]} if "teacher_text" in C else None
 
 
 rule selfdistill_corpus:
@@ -25,7 +27,7 @@ rule selfdistill_corpus:
 
 
 rule teacher_cache:
-    input: model_files(), corpus=f"{COMP}/corpus.pt"
+    input: model_files(), **teacher_inputs(C["teacher"])
     output:
         cache=f"{COMP}/teacher.pt",
         stats=f"{ROOT}/cross/raw/teacher_stats.json",
@@ -37,11 +39,28 @@ rule teacher_cache:
     params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], C["teacher"])
     shell:
         "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
-        " --heldout-corpus {input.corpus} {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+        " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+# The same pass over ShareGPT's reference replies (BiLD's unaligned small model learns the
+# references, as the paper fine-tunes on them): the teacher settings with source sharegpt.
+if TEACHER_TEXT:
+    rule teacher_text:
+        input: model_files(), corpus=f"{COMP}/corpus.pt"
+        output: cache=f"{COMP}/teacher_text.pt", stats=f"{COMP}/teacher_text_stats.json"
+        conda: "../env.yml"
+        log: f"{LOGS}/teacher_text.log"
+        benchmark: f"{BENCH}/teacher_text.tsv"
+        threads: rule_threads("teacher_cache")
+        resources: **rule_resources("teacher_cache")
+        params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_TEXT)
+        shell:
+            "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
+            " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 rule train_medusa:
-    input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
+    input: teacher=f"{COMP}/teacher.pt", **teacher_inputs(C["teacher"])
     output:
         heads=f"{COMP}/medusa/heads.pt",
         trees=[f"{COMP}/medusa/tree_{n}.json" for n in TREE_SIZES],
@@ -57,13 +76,13 @@ rule train_medusa:
         teacher=teacher_flags(C["corpus"], C["teacher"]), heads=head_train_flags(C["medusa"]),
     shell:
         "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
-        " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+        " {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} {params.heads}"
         " --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 rule distill_draft:
-    input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
+    input: teacher=f"{COMP}/teacher.pt", **teacher_inputs(C["teacher"])
     output:
         model=f"{COMP}/draft/model/config.json",
         stats=f"{ROOT}/cross/raw/draft_stats.json",
@@ -78,7 +97,7 @@ rule distill_draft:
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["draft"]),
     shell:
         "{params.env} {params.py} -m common.draft --model {params.m} --teacher {input.teacher}"
-        " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+        " {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} --layers {params.d[layers]} {params.stop}"
         " --lr {params.d[lr]} --batch-size {params.d[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
@@ -166,7 +185,7 @@ rule corpus_shards:
 
 
 rule train_eagle:
-    input: corpus=f"{CORPUS}/stats.json"
+    input: teacher=f"{COMP}/teacher.pt", **teacher_inputs(C["teacher"])
     output:
         head=f"{COMP}/eagle/head.pt",
         trees=[f"{COMP}/eagle/tree_{n}.json" for n in (8, 16, 32, 63)],
@@ -178,9 +197,10 @@ rule train_eagle:
     threads: rule_threads("train_eagle")
     resources: **rule_resources("train_eagle")
     params:
-        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head, corpus=corpus_of_input,
-        flags=eagle_flags(C["eagle"]),
+        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head,
+        teacher=teacher_flags(C["corpus"], C["teacher"]), flags=eagle_flags(C["eagle"]),
     shell:
-        "{params.env} {params.py} -m common.eagle --model {params.m} --corpus {params.corpus} --out {params.out}"
+        "{params.env} {params.py} -m common.eagle --model {params.m} --teacher {input.teacher} {params.teacher}"
+        " --out {params.out}"
         " {params.flags} --stats-out {output.stats} --curve-out {output.curve}"
         " --device {params.dev} --threads {params.t} > {log} 2>&1"

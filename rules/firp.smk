@@ -12,7 +12,7 @@ wildcard_constraints:
 
 
 rule firp_train:
-    input: corpus=f"{COMP}/corpus.pt", seqcorpus=f"{COMP}/seqcorpus.pt"
+    input: **seq_inputs()
     output:
         ckpt=f"{COMP}/firp_maps/{{firpv}}/maps.pt",
         stats=f"{FIRP_RAW}/train_{{firpv}}_stats.json",
@@ -23,13 +23,11 @@ rule firp_train:
     threads: rule_threads("firp_train")
     resources: **rule_resources("firp_train")
     params:
-        env=ENV, py=PY, m=P.model, tr=firp_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
-        stop=firp_stopping_flags, layers=firp_layer_flag,
+        env=ENV, py=PY, m=P.model, tr=firp_train_config, data=seq_data_flags, t=P.threads, dev=P.device,
+        out=parent_of_ckpt, stop=firp_stopping_flags, layers=firp_layer_flag,
     shell:
         "{params.env} {params.py} -m firp.train --model {params.m} --out {params.out}"
-        " --corpus {input.seqcorpus} --prompts {params.s[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
-        " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
-        " --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
+        " {params.data} --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
         " --stats-out {output.stats} --curve-out {output.curve} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
@@ -56,7 +54,7 @@ EXIT_HEADS = {**C["medusa"], **FIRP.get("early_exit", {})}  # the profile's own 
 
 
 rule firp_early_exit:
-    input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
+    input: teacher=f"{COMP}/teacher.pt", **teacher_inputs(C["teacher"])
     output:
         heads=f"{COMP}/firp_early_exit/heads.pt",
         stats=f"{FIRP_RAW}/early_exit_stats.json",
@@ -72,7 +70,7 @@ rule firp_early_exit:
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(EXIT_HEADS),
     shell:
         "{params.env} {params.py} -m firp.early_exit --model {params.m} --teacher {input.teacher}"
-        " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+        " {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} {params.steps} {params.share}"
         " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
         " --lr {params.h[lr]} --batch-size {params.h[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
@@ -83,7 +81,7 @@ rule firp_early_exit:
 MEDUSA_OWN = {**C["medusa"], **FIRP["medusa_own"]} if FIRP.get("medusa_own") else None
 if MEDUSA_OWN:
     rule firp_medusa_own:
-        input: teacher=f"{COMP}/teacher.pt", corpus=f"{COMP}/corpus.pt"
+        input: teacher=f"{COMP}/teacher.pt", **teacher_inputs(C["teacher"])
         output:
             heads=f"{COMP}/firp_medusa_own/heads.pt",
             stats=f"{FIRP_RAW}/medusa_own_stats.json",
@@ -98,7 +96,7 @@ if MEDUSA_OWN:
             teacher=teacher_flags(C["corpus"], C["teacher"]), heads=head_train_flags(MEDUSA_OWN),
         shell:
             "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
-            " --heldout-corpus {input.corpus} {params.teacher} --out {params.out}"
+            " {params.teacher} --out {params.out}"
             " --stats-out {output.stats} --curve-out {output.curve} {params.heads}"
             " --device {params.dev} --threads {params.t} > {log} 2>&1"
 

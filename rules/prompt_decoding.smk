@@ -48,13 +48,11 @@ rule pd_train:
     threads: rule_threads("pd_train")
     resources: **rule_resources("pd_train")
     params:
-        env=ENV, py=PY, m=pd_train_model, tr=pd_train_config, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device, out=parent_of_ckpt,
-        stop=pd_stopping_flags, extra=pd_variant_flags,
+        env=ENV, py=PY, m=pd_train_model, tr=pd_train_config, data=seq_data_flags, t=P.threads, dev=P.device,
+        out=parent_of_ckpt, stop=pd_stopping_flags, extra=pd_variant_flags,
     shell:
         "{params.env} {params.py} -m prompt_decoding.train --model {params.m} --out {params.out}"
-        " --corpus {input.seqcorpus} --prompts {params.s[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
-        " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
-        " --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
+        " {params.data} --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop} {params.extra}"
         " --stats-out {output.stats} --curve-out {output.curve} --device {params.dev} --threads {params.t} > {log} 2>&1"
 

@@ -1,0 +1,104 @@
+"""The teacher cache read from the sharded corpus (common.teacher.from_corpus) on a tiny random
+model: its held-out set is the corpus's held-out shard, its training set the shards up to the
+token goal, a killed pass resumes from the finished shards to the same cache, and a corpus of
+another model is refused."""
+import pytest
+import torch
+
+from common import corpus, teacher
+from common.errors import UserError
+from common.models import tiny_llama
+
+from test_corpus import N_PROMPTS, prompts, recipe
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(seed=3, scale=10.0)
+
+
+@pytest.fixture(scope="module")
+def built(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus")
+    corpus.build(out, model, recipe(model), prompts, N_PROMPTS, progress=False)
+    return out
+
+
+def test_sets_are_the_corpus_shards(model, built, tmp_path):
+    data = teacher.load_or_build(tmp_path / "t.pt", model, None, None, 0, 0, 0, topk=4,
+                                 corpus_dir=built, pass_dtype="float32")
+    held = corpus.heldout(built)
+    assert data["heldout"].ids.tolist() == held.tokens.tolist()
+    assert data["heldout"].start.tolist() == held.starts.tolist()
+    shards = list(corpus.iter_shards(built))
+    assert data["train"].n_tokens == sum(len(s.tokens) for s in shards)
+    assert len(data["train"]) == sum(len(s) for s in shards)
+    # the pass over the corpus is the plain teacher pass over its sequences (fp32 here)
+    direct = teacher.teacher_pass(model, teacher.shard_sequences(shards[1]), topk=4)
+    a, b = data["train"].offsets[len(shards[0])], data["train"].offsets[len(shards[0]) + len(shards[1])]
+    assert torch.equal(data["train"].argmax[a:b], direct.argmax)
+    assert torch.equal(data["train"].hidden[a:b], direct.hidden)
+    # answers are the model's greedy tokens: the pass's argmax predicts them
+    s0, t0 = int(data["train"].offsets[0]), int(data["train"].start[0])
+    n0 = int(data["train"].offsets[1]) - s0
+    assert torch.equal(data["train"].argmax[s0 + t0 - 1:s0 + n0 - 1], data["train"].ids[s0 + t0:s0 + n0])
+
+
+def test_token_goal_and_prompt_cut(model, built, tmp_path):
+    first = corpus.read_manifest(built)["shards"][0]["answer_tokens"]
+    data = teacher.load_or_build(tmp_path / "t.pt", model, None, None, 0, 0, 0, topk=4, max_prompt_tokens=2,
+                                 corpus_dir=built, corpus_tokens=first, pass_dtype="float32")
+    assert data["corpus"]["shards"] == 1 and data["corpus"]["answer_tokens"] == first
+    assert int(data["train"].start.max()) <= 2
+    assert int(data["heldout"].start.max()) > 2  # the held-out shard keeps its whole prompts
+
+
+def test_killed_pass_resumes_to_the_same_cache(model, built, tmp_path):
+    kw = dict(topk=4, corpus_dir=built, pass_dtype="float32")
+    whole = teacher.load_or_build(tmp_path / "a.pt", model, None, None, 0, 0, 0, **kw)
+    teacher.load_or_build(tmp_path / "b.pt", model, None, None, 0, 0, 0, corpus_tokens=1, **kw)  # "killed" after one shard
+    (tmp_path / "b.pt").unlink()
+    parts = sorted(p.name for p in (tmp_path / "b_parts").iterdir())
+    assert len(parts) == 2  # the held-out shard and the first training shard
+    resumed = teacher.load_or_build(tmp_path / "b.pt", model, None, None, 0, 0, 0, **kw)
+    assert resumed["wall_s"]["heldout_pass"] == 0.0  # read back, not redone
+    assert resumed["key"] == whole["key"]
+    for f in ("ids", "hidden", "argmax", "top_idx", "top_logp", "offsets", "start"):
+        assert torch.equal(getattr(resumed["train"], f), getattr(whole["train"], f))
+    again = teacher.load_or_build(tmp_path / "b.pt", model, None, None, 0, 0, 0, **kw)  # cached: same key
+    assert again["key"] == whole["key"]
+
+
+def test_other_model_refused(built, tmp_path):
+    other = tiny_llama(seed=4, scale=10.0)
+    with pytest.raises(UserError, match="another model"):
+        teacher.load_or_build(tmp_path / "t.pt", other, None, None, 0, 0, 0, topk=4, corpus_dir=built)
+
+
+def test_cli_needs_a_source(tmp_path, capsys):
+    import argparse
+    ap = argparse.ArgumentParser()
+    teacher.add_args(ap)
+    a = ap.parse_args(["--teacher", str(tmp_path / "t.pt")])
+    with pytest.raises(UserError, match="--heldout-corpus .* or --corpus-dir"):
+        teacher.from_args(a, None, None)
+
+
+def test_in_forward_trainers_read_the_same_sets(model, built, tmp_path):
+    import argparse
+
+    from common import seqtrain
+    ap = argparse.ArgumentParser()
+    seqtrain.add_args(ap)
+    a = ap.parse_args(["--corpus-dir", str(built), "--max-prompt-tokens", "3"])
+    data = seqtrain.from_args(a, model, None)
+    held = corpus.heldout(built)
+    assert [ids.tolist() for ids, _ in data["heldout"]] == [s["ids"] for s in held.sequences()]
+    shards = list(corpus.iter_shards(built))
+    assert len(data["train"]) == sum(len(s) for s in shards)
+    assert max(start for _, start in data["train"]) <= 3
+    first = shards[0].sequences()[0]
+    ids, start = data["train"][0]
+    assert ids.tolist() == first["ids"][first["start"] - start:]  # the prompt's last tokens, the whole answer
+    with pytest.raises(UserError, match="--corpus-dir .* or both --corpus and --heldout-corpus"):
+        seqtrain.from_args(ap.parse_args([]), model, None)
