@@ -378,6 +378,7 @@ def _main(argv=None) -> None:
     stats = {"key": data["key"], "wall_s": data["wall_s"], "train_sequences": len(data["train"]),
              "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
+             "corpus": data.get("corpus"),
              "threads": torch.get_num_threads(), **provenance(a.model, a.device)}
     if a.stats_out:
         write_json(a.stats_out, stats)

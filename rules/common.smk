@@ -183,7 +183,9 @@ def stopping_flags(c):
     """The early-stopping flags of a component's config (common.training.Stopping)."""
     flags = f"--max-epochs {c['max_epochs']} --eval-every {c['eval_every']} --patience {c['patience']}" \
             f" --min-delta {c['min_delta']}"
-    return flags + (f" --wall-budget {c['wall_budget_s']}" if c.get("wall_budget_s") else "")
+    flags += f" --wall-budget {c['wall_budget_s']}" if c.get("wall_budget_s") else ""
+    # a step cap also sets the length of the learning-rate schedule (common.training)
+    return flags + (f" --max-steps {c['max_steps']}" if c.get("max_steps") else "")
 
 
 def teacher_flags(c, t, heldout=None):
@@ -421,8 +423,6 @@ def eagle_flags(c):
     """``common.eagle`` flags of the profile's recipe (components.eagle)."""
     flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
              f"--head-max-len {c['max_len']}", f"--noise {c['noise']}"]
-    if c.get("max_steps") is not None:
-        flags.append(f"--max-steps {c['max_steps']}")
     return " ".join(flags)
 
 

@@ -3,17 +3,20 @@
 
 # %% md
 # # Trained components: learning curves
-# The Medusa heads and the distilled draft train on one teacher-forced pass of the frozen base
-# model over ShareGPT text (`common.teacher`: its hidden states and its own next-token
-# distributions, no generation) and are measured, every `eval_every` steps, on a held-out set
-# of the base model's own greedy answers to other ShareGPT prompts (`common.selfdistill`):
-# for Medusa, top-1 of each head against the token the model says k + 2 positions later; for
-# the draft, top-1 agreement with the target's greedy token and the divergence from the
-# target's top-k distribution. Training stops when the best held-out top-1 (head 1 for Medusa)
-# of the last `patience` evaluations beats the best before them by less than `min_delta`, or
-# when the wall budget is spent (`common.training.Stopping`); `stopped` says which. Wall times
-# are of the machine named below; the teacher pass is counted separately. No paper reports
-# these curves for this model, so no paper numbers stand beside them.
+# The Medusa heads, the distilled draft and EAGLE's head train on one teacher-forced pass of the
+# frozen base model (`common.teacher`: its hidden states and its own next-token distributions,
+# no generation) over the text their `data` column names: in the embedded profile the sharded
+# corpus of the model's own greedy answers to ShareGPT prompts (`common.corpus`); a component
+# trained before the corpus existed names ShareGPT conversations. They are measured, every
+# `eval_every` steps, on a held-out set of the base model's own greedy answers to other
+# ShareGPT prompts: for Medusa, top-1 of each head against the token the model says k + 2
+# positions later; for the draft, top-1 agreement with the target's greedy token and the
+# divergence from the target's top-k distribution; for EAGLE, top-1 of its first draft token.
+# Training stops when the best held-out top-1 (head 1 for Medusa) of the last `patience`
+# evaluations beats the best before them by less than `min_delta`, or when the wall budget or
+# step cap is spent (`common.training.Stopping`); `stopped` says which. Wall times are of the
+# machine named below; the teacher pass is counted separately. No paper reports these curves for
+# this model, so no paper numbers stand beside them.
 
 # %%
 import dataclasses
@@ -41,11 +44,26 @@ curves = {Path(p).name.removesuffix("_curve.jsonl"): pd.DataFrame(read_jsonl(p))
           for p in inputs if p.endswith("_curve.jsonl")}
 teacher = stats.pop("teacher")
 key = teacher["key"]
-meta = {"artifact": artifact_id, "model": key["base"],
-        "data": (f"train: teacher-forced pass over {teacher['train_sequences']} ShareGPT conversations "
-                 f"({teacher['train_tokens']} tokens, <= {key['max_len']} each, top-{key['topk']} stored); "
-                 f"held out: greedy answers ({key['answer_tokens']} tokens) to the first "
-                 f"{key['heldout_prompts']} ShareGPT prompts ({teacher['heldout_answer_positions']} positions)"),
+
+
+def data_of(k, counts=None):
+    """What a teacher cache (its key ``k``; ``counts``: the teacher rule's sizes) holds, in words."""
+    if k is None:
+        return "unknown"
+    if "shards" in k:  # the sharded corpus (common.corpus)
+        rec = k["corpus"]
+        sizes = "" if counts is None else (f", {counts['corpus']['answer_tokens']} answer tokens, "
+                                           f"{counts['train_tokens']} with prompts")
+        held = "" if counts is None else f", {counts['heldout_answer_positions']} positions"
+        return (f"train: {k['pass_dtype']} pass over the model's own greedy answers, {len(k['shards'])} corpus "
+                f"shards{sizes} (top-{k['topk']} stored); held out: its greedy answers (<= {rec['answer_tokens']} "
+                f"tokens) to the first {rec['heldout']} ShareGPT prompts{held}")
+    sizes = "" if counts is None else f" ({counts['train_tokens']} tokens)"
+    return (f"train: pass over {k['sequences']} ShareGPT conversations{sizes}, <= {k['max_len']} tokens each; "
+            f"held out: greedy answers ({k['answer_tokens']} tokens) to the first {k['heldout_prompts']} ShareGPT prompts")
+
+
+meta = {"artifact": artifact_id, "model": key["base"], "data": data_of(key, teacher),
         "profile": profile,
         "hardware": ", ".join(sorted({s["hardware"] for s in (teacher, *stats.values()) if "hardware" in s})) or "unknown",
         "code_version": ", ".join(sorted({s.get("code_version", "unknown") for s in (teacher, *stats.values())})),
@@ -71,10 +89,11 @@ for name, c in curves.items():
                  "evaluations": len(c), "train_wall_s": round(float(c.wall_s.iloc[-1]), 1),
                  "stopped": s["stopped"], "top1_untrained": t.iloc[0], "top1_best": t.max(),
                  "top1_final": t.iloc[-1], "heldout_loss_final": top1(c.heldout_loss.iloc[-1]),
-                 "watched": "head-1 top-1" if name == "medusa" else "top-1 agreement"})
+                 "watched": {"medusa": "head-1 top-1", "eagle": "first-token top-1"}.get(name, "top-1 agreement"),
+                 "data": "as above" if s.get("teacher") == key else data_of(s.get("teacher"))})
 table = pd.DataFrame(rows)
 table.loc[len(table)] = {"component": "teacher pass", "train_wall_s": round(sum(teacher["wall_s"].values()), 1),
-                         "stopped": "", "watched": ""}
+                         "stopped": "", "watched": "", "data": "as above"}
 if "medusa" in curves:
     last = curves["medusa"].iloc[-1]
     print("Medusa held-out top-1 per head at the end:", last.heldout_top1,
