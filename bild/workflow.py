@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from common.errors import UserError
 
 from .config import BildConfig, TaskConfig
+from .exits import ExitLoss
 
 
 def label(fallback: float, rollback: float) -> str:
@@ -129,7 +130,7 @@ class RuleParams:
         flags = [f"--loss {loss}", f"--labels {t['labels']}",
                  f"--lr {t['lr']}", f"--batch-size {t['batch_size']}", f"--max-epochs {t['max_epochs']}",
                  f"--eval-every {t['eval_every']}", f"--patience {t['patience']}", f"--min-delta {t['min_delta']}"]
-        if loss == "bild":
+        if ExitLoss.parse(loss) is ExitLoss.BILD:
             flags.append(f"--exit-layer {ee.exit_layer}")
         if t.get("per_sequence"):
             flags.append(f"--per-sequence {t['per_sequence']}")
@@ -144,7 +145,7 @@ class RuleParams:
         paper's fine-tuned reference): early-exit BiLD at every (alpha_FB, alpha_RB), or CALM at
         every (lambda, tau)."""
         ee = self.cfg.early_exit
-        if wildcards.exitloss == "bild":
+        if ExitLoss.parse(wildcards.exitloss) is ExitLoss.BILD:
             return {label(f, r): {"exit_layer": ee.exit_layer, "fallback_threshold": f, "rollback_threshold": r,
                                   "max_small_tokens": self.cfg.max_small_tokens} for f, r in ee.grid()}
         return {calm_label(lam, tau): {"threshold": lam, "tau": tau, "min_exit": ee.calm_min_exit}
