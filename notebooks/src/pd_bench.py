@@ -38,6 +38,7 @@ records = [r for recs in benches.values() for r in recs]
 meta = {"model": pd_stats["model"], "profile": profile, "device": pd_stats["hardware"], **provenance(records),
         "sources": ", ".join(str(p) for p in inputs)}
 draft_stats = R.find("draft_stats.json", required=False)
+eagle_stats = R.find("eagle_stats.json", required=False)
 
 
 def size_of(label):
@@ -256,7 +257,9 @@ R.save_table(fig4, meta)
 # tokens (m x n x hidden), the Medusa heads (their residual blocks; the embedded heads share the
 # model's LM head) and the draft model (its own layers; it shares the embeddings and the head).
 # The paper's Figure 7 compares with Eagle's draft; the draft here is the first layers of the
-# model, distilled (`common.draft`). KV caches and activations are not counted.
+# model, distilled (`common.draft`); EAGLE's draft head (one decoder layer over the target's
+# features, `common.eagle`) joins when its statistics are among the inputs. KV caches and
+# activations are not counted.
 
 # %% [pd.fig7, pd.fig1]
 base_params = pd_stats["params"] / (pd_stats["params_pct_of_base"] / 100)
@@ -268,6 +271,9 @@ if medusa_stats is not None:
 if draft_stats is not None:
     extra.append({"method": "speculative", "component": f"draft model ({draft_stats['layers']} layers, shared embeddings/head)",
                   "params": draft_stats["params_not_shared"], "train_min": draft_stats["train_wall_s"] / 60})
+if eagle_stats is not None:
+    extra.append({"method": "eagle", "component": "EAGLE draft head (fc + 1 decoder layer, shared embeddings/head)",
+                  "params": eagle_stats["params"], "train_min": eagle_stats["train_wall_s"] / 60})
 mem = pd.DataFrame(extra)
 mem["MiB_fp32"] = mem.params * 4 / 2**20
 mem["pct_of_model"] = 100 * mem.params / base_params
@@ -282,7 +288,7 @@ for _, r in mem[mem.method != "prompt_decoding"].iterrows():
 print(R.trend("prompt decoding adds the least memory (each other method)",
             mem[mem.method != "prompt_decoding"].params > pd_stats["params"]))
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.bar(mem.method, mem.MiB_fp32 * 1024, color=["tab:red", "tab:blue", "tab:green"][:len(mem)])
+ax.bar(mem.method, mem.MiB_fp32 * 1024, color=["tab:red", "tab:blue", "tab:green", "tab:purple"][:len(mem)])
 ax.set_yscale("log")
 ax.set_ylabel("extra parameters, KiB (fp32, log)")
 for x, v in enumerate(mem.MiB_fp32 * 1024):
