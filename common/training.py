@@ -120,7 +120,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         stop: when to end before ``cfg.epochs`` (:class:`Stopping`).
     Returns:
         the per-step log. The checkpoint's ``curve`` and ``stopped`` (why training ended:
-        ``"flat"``, ``"wall budget"`` or ``"epochs"``) are read with :func:`read_trained`.
+        ``"flat"``, ``"wall budget"``, ``"epochs"`` or ``"max steps"``) are read with :func:`read_trained`.
     """
     if (evaluate is None) != (stop is None):
         raise UserError("train: evaluate and stop go together")
@@ -153,6 +153,8 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         sched.load_state_dict(state["scheduler"])
         step, log = state["step"], state["log"]
         curve, wall, stopped = state.get("curve", []), state.get("wall_s", 0.0), state.get("stopped")
+        if stopped == "epochs" and step == total and total == cfg.max_steps:
+            stopped = "max steps"  # a checkpoint from before the two were told apart
         if stopped == "wall budget" and stop is not None and (stop.wall_budget_s is None or wall < stop.wall_budget_s):
             stopped = None  # the budget was raised: the run continues where it stopped, curve and all
         elif stopped == "flat" and stop is not None and not stop.flattened(curve) \
@@ -213,7 +215,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
                 bar.write(f"{desc} step {step}: " + ", ".join(
                     f"{k}={_fmt(v)}" for k, v in curve[-1].items() if k.startswith("heldout")))
                 stopped = "flat" if stop.flattened(curve) else "wall budget" if over \
-                    else "epochs" if step == total else None
+                    else ("max steps" if total == cfg.max_steps else "epochs") if step == total else None
                 save()
                 continue
         if step % cfg.checkpoint_every == 0 or step == total:

@@ -1,5 +1,6 @@
 """The shared training loop: loss goes down, resume equals an uninterrupted run, config checks,
 the held-out curve and early stopping."""
+import dataclasses
 import json
 import time
 
@@ -122,6 +123,10 @@ def test_stops_on_a_flat_curve_not_on_a_rising_one(tmp_path):
     train(fresh(), DATA, loss_fn, cfg, tmp_path / "rising.pt", evaluate=synthetic(rising), stop=stop)
     state = read_trained(tmp_path / "rising.pt")
     assert state["stopped"] == "epochs" and state["step"] == 50 and len(state["curve"]) == 11
+    capped = dataclasses.replace(cfg, max_steps=30)  # the step cap, not the epochs, ends a rising run
+    train(fresh(), DATA, loss_fn, capped, tmp_path / "capped.pt", evaluate=synthetic(rising), stop=stop)
+    state = read_trained(tmp_path / "capped.pt")
+    assert state["stopped"] == "max steps" and state["step"] == 30
 
 
 def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
