@@ -242,8 +242,10 @@ def depth_accuracy(head: EagleHead, model, held: SeqData, depth: int = 6, topk: 
                 for slot in past_slots:
                     allow_past[r, slot + r] = True
             mask = attention_mask_4d(torch.eye(q, dtype=torch.bool, device=dev), past, feat.dtype, allow_past)
-            tok = greedy[(starts + d - 1).clamp(max=n - 1)]
-            feat = head(feat[None], embed(model, tok[None]), (starts + d - 1)[None], cache, mask)[0]
+            # the pair (predicted h_{j+d}, the token x_{j+d+1} = greedy[j + d] that depth d drafts)
+            # sits at position j + d, as the decoder feeds a depth-d node
+            tok = greedy[(starts + d).clamp(max=n - 1)]
+            feat = head(feat[None], embed(model, tok[None]), (starts + d)[None], cache, mask)[0]
             past_slots.append(past)
     return (hits / counts.clamp(min=1)[:, None]).tolist()
 

@@ -134,7 +134,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     warmup = max(1, round(cfg.warmup_frac * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, warmup, cfg.schedule))
     identity = {"config": _identity_config(cfg), "meta": meta or {}, "n_examples": len(examples)}
-    step, log, curve, wall, stopped = 0, [], [], 0.0, None
+    step, log, curve, wall, stopped, relabel = 0, [], [], 0.0, None, False
     work = run_path(ckpt_path)
     source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
     state = torch.load(source, weights_only=False) if source is not None else None
@@ -153,8 +153,9 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         sched.load_state_dict(state["scheduler"])
         step, log = state["step"], state["log"]
         curve, wall, stopped = state.get("curve", []), state.get("wall_s", 0.0), state.get("stopped")
-        if stopped == "epochs" and step == total and total == cfg.max_steps:
-            stopped = "max steps"  # a checkpoint from before the two were told apart
+        relabel = stopped == "epochs" and step == total and total == cfg.max_steps
+        if relabel:
+            stopped = "max steps"  # a checkpoint from before the two were told apart (saved so below)
         if stopped == "wall budget" and stop is not None and (stop.wall_budget_s is None or wall < stop.wall_budget_s):
             stopped = None  # the budget was raised: the run continues where it stopped, curve and all
         elif stopped == "flat" and stop is not None and not stop.flattened(curve) \
@@ -188,6 +189,8 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     module.train()
     if evaluate is not None and not curve and stopped is None:
         run_eval()  # the untrained component: the curve's first point
+        save()
+    if relabel:
         save()
     bar = tqdm(total=total, initial=step, desc=desc, unit="step")
     while step < total and stopped is None:
