@@ -177,3 +177,39 @@ def test_reduced_readout_drafts_only_kept_tokens(model, tmp_path):
     assert set(logits.topk(7, dim=-1).indices.flatten().tolist()) <= set(range(89, 96))
     full = model.lm_head(torch.randn(1, 64))
     assert logits.shape[-1] == full.shape[-1]
+
+
+def test_depth_accuracy_chains_see_what_the_decoder_drafts(model, head_dir):
+    """depth_accuracy's batched chains (common.eagle.chain_features) feed the head exactly what
+    the decoder's proposer feeds a chain of greedy tokens: same features at every depth, for
+    several chain roots at once."""
+    from common.checkpoints import load_trained
+    from common.eagle import chain_features
+    from common.tree import build_tree
+
+    head = EagleHead(model)
+    load_trained(head, head_dir / CHECKPOINT)
+    head.eval()
+    torch.manual_seed(3)
+    n, depth = 14, 4
+    f, ids = torch.randn(1, n, 64), torch.randint(3, 96, (1, n))
+    greedy = model.lm_head(f[0]).argmax(-1)
+    starts = torch.tensor([3, 6, 9])
+    with torch.inference_mode():
+        batched = [feat.clone() for _, feat in chain_features(head, model, f, ids, greedy, starts, depth)]
+        for r, j in enumerate(starts.tolist()):
+            prop = EagleProposer(head, model, "static", tree=build_tree([(0,) * d for d in range(1, depth + 1)]))
+            seen = []
+
+            def forced(feats, j=j, seen=seen):  # drafts greedy[j + d] at depth d, recording the features
+                seen.append(feats.clone())
+                lp = torch.full((feats.shape[0], 96), -1e9)
+                lp[:, greedy[j + len(seen)]] = 0.0
+                return lp
+            prop._logp = forced
+            prop.propose(ProposerState(ids[:, :j + 1], [int(ids[0, j + 1])], f[:, :j + 1], 20, 0.0, None))
+            assert len(seen) == depth
+            for d in range(depth):
+                # the random head's features grow ~10x a depth: compare relative to their size
+                scale = float(batched[d][r].abs().max())
+                torch.testing.assert_close(seen[d][0], batched[d][r], atol=1e-5 * scale, rtol=1e-5)
