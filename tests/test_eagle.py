@@ -14,6 +14,7 @@ from common.decoders.tree_loop import ProposerState
 from common.errors import UserError
 from common.forward import embed
 from common.models import tiny_llama
+from decoding_checks import tiny_corpus
 
 
 @pytest.fixture(scope="module")
@@ -97,15 +98,6 @@ def test_bad_head_and_tree(model, head_dir, tmp_path):
 
 
 # -- training (common.eagle) ----------------------------------------------------------------
-def _tiny_corpus(model, out):
-    from common import corpus
-    from tests.test_corpus import N_PROMPTS, prompts
-    r = corpus.Recipe(model="tiny", model_id=corpus.model_identity(model), tokenizer_id="tok", heldout=6,
-                      shard_prompts=8, answer_tokens=12, gen_dtype="float32", batch_size=4, eos=2)
-    corpus.build(out, model, r, prompts, N_PROMPTS, max_shards=2, progress=False)
-    return out
-
-
 def test_batch_masks_the_answer_predictions(model, tmp_path):
     import numpy as np
     from common import corpus
@@ -123,7 +115,7 @@ def test_batch_masks_the_answer_predictions(model, tmp_path):
 
 def _teacher(model, tmp_path):
     from common import teacher
-    cdir = _tiny_corpus(model, tmp_path / "corpus")
+    cdir = tiny_corpus(tmp_path / "corpus", model, max_shards=2, answer_tokens=12, batch_size=4)
     return teacher.load_or_build(tmp_path / "teacher.pt", model, None, None, 0, 0, 0, topk=4, corpus_dir=cdir,
                                  pass_dtype="float32")
 
