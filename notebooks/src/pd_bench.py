@@ -31,7 +31,9 @@ pd_stats = R.find("train_main_stats.json")
 medusa_stats = R.find("medusa_stats.json", required=False)
 curve = R.find("cost_curve.jsonl", required=False)
 paper = paper_numbers(package)
-ratio = cost_of(curve) if curve is not None else None  # T(q)/T(1) of the fast forward path here (common.cost)
+# T(q)/T(1) of the fast forward path (common.cost), measured on the machine the benchmarks ran on
+# (a curve of other hardware is an error: the hardware-aware tree size reads it)
+ratio = cost_of(curve, device=benches["mt-bench"][0]["device"]) if curve is not None else None
 profile_groups = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl") for p in inputs
                   if "/cross/raw/bench_" in str(p)}  # the cross-method groups, where declared
 records = [r for recs in benches.values() for r in recs]
