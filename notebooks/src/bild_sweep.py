@@ -158,7 +158,7 @@ if reduced:
     both = {k: sweep_points(r, cfg.task(rv.task).metric) for k, r in split_reduced(recs, rv.keep, compact=compact).items()}
     names = {"full": f"{rv.variant}, full head (reduced sweep's run)",
              "reduced": f"{rv.variant}, {rv.keep}-token head (beyond the paper)",
-             "compact": f"{rv.variant}, {rv.compact_layers} layers trained with the {rv.keep}-token head (beyond the paper)"}
+             "compact": f"{rv.variant}, {rv.compact_layers}-layer model trained with the {rv.keep}-token head (beyond the paper)"}
     for k, g in both.items():
         rows += table1_rows(rv.task, names[k], g, recs)
     meta.update(provenance([r for rs in runs.values() for r in rs] + recs))  # its machine and code too
@@ -168,7 +168,7 @@ if reduced:
     if "compact" in both:
         cstats = json.loads(Path(next(p for p in inputs if Path(p).name == "compact_stats.json")).read_text())
         meta["compact small model"] = (
-            f"{cstats['layers']} layers trained with the {cstats['keep']}-token head ({cstats['steps']} steps, stopped: "
+            f"{cstats['layers']}-layer model trained with the {cstats['keep']}-token head ({cstats['steps']} steps, stopped: "
             f"{cstats['stopped']}): held-out top-1 agreement {cstats['final']['heldout_top1']:.3f}, "
             f"{(cstats['params_not_shared'] + cstats['head_params']) / 1e6:.1f} M parameters per step "
             f"(layers + head; the full 4-layer model's: see the reduced-vocabulary stats)")
