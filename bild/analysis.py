@@ -84,16 +84,21 @@ def best_settings(points: pd.DataFrame, tolerance: float = 1.0, baseline: str = 
             "within": fastest(cand.quality >= q0 - tolerance)}
 
 
-def split_reduced(records: list[dict], keep: int, baseline: str = "vanilla") -> dict[str, list[dict]]:
+def split_reduced(records: list[dict], keep: int, baseline: str = "vanilla",
+                  compact: str | None = None) -> dict[str, list[dict]]:
     """A reduced-vocabulary sweep's records (``bild.workflow.RuleParams.reduced_settings``) as
-    two sweeps sharing its baseline: ``{"full": the grid with the full head, "reduced": the
-    labels ending ``_v<keep>``, that suffix removed}``; each keeps the baseline's records."""
-    suffix = f"_v{keep}"
+    sweeps sharing its baseline: ``{"full": the grid with the full head, "reduced": the labels
+    ending ``_v<keep>``, "compact": those ending ``compact`` (when given and recorded)}``, the
+    suffixes removed; each keeps the baseline's records."""
     base = [r for r in records if r["decoder"] == baseline]
-    full = [r for r in records if LABEL.match(r["decoder"])]
-    reduced = [{**r, "decoder": r["decoder"].removesuffix(suffix)} for r in records
-               if r["decoder"].endswith(suffix) and LABEL.match(r["decoder"].removesuffix(suffix))]
-    return {"full": base + full, "reduced": base + reduced}
+
+    def ending(suffix):
+        return [{**r, "decoder": r["decoder"].removesuffix(suffix)} for r in records
+                if r["decoder"].endswith(suffix) and LABEL.match(r["decoder"].removesuffix(suffix))]
+    out = {"full": base + [r for r in records if LABEL.match(r["decoder"])], "reduced": base + ending(f"_v{keep}")}
+    if compact is not None and ending(compact):
+        out["compact"] = base + ending(compact)
+    return out
 
 
 def oracle_points(records: list[dict], metric: str) -> pd.DataFrame:

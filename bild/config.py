@@ -131,15 +131,20 @@ class OracleConfig:
 class ReducedVocabConfig:
     """Beyond the paper: the ``variant`` small model with an LM head over its training labels'
     ``keep`` most frequent tokens (:mod:`common.reduced_vocab`), swept on ``task`` beside the
-    full head in one run (extra rows of Table 1)."""
+    full head in one run (extra rows of Table 1). ``compact_layers``: also a shallower small
+    model trained with that head from the start (``common.draft --keep``), at the size ratio
+    of the paper's T5-small/T5-large pairs, swept in the same run."""
     variant: str
     keep: int
     task: str
+    compact_layers: int | None = None
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise UserError(f"bild.reduced_vocab.variant {self.variant!r} is unknown; valid: {', '.join(VARIANTS)}")
         check_range("bild.reduced_vocab.keep", self.keep, 1)
+        if self.compact_layers is not None:
+            check_range("bild.reduced_vocab.compact_layers", self.compact_layers, 1)
 
 
 @dataclass(frozen=True)

@@ -170,13 +170,30 @@ class RuleParams:
     def reduced_labels(self) -> str:
         return self.LABELS[self.cfg.reduced_vocab.variant]
 
+    def compact_dir(self) -> str | None:
+        """The compact small model's folder (``compact_layers`` layers trained with the reduced
+        head), or None when the profile has none."""
+        rv = self.cfg.reduced_vocab
+        if rv is None or rv.compact_layers is None:
+            return None
+        return f"{self.components}/bild_compact_{rv.variant}_l{rv.compact_layers}_v{rv.keep}/model"
+
+    def compact_suffix(self) -> str | None:
+        """The label suffix of the compact model's settings in the reduced sweep (``_l2v8192``)."""
+        rv = self.cfg.reduced_vocab
+        return None if self.compact_dir() is None else f"_l{rv.compact_layers}v{rv.keep}"
+
     def reduced_settings(self) -> dict[str, dict]:
         """``{label: options}`` of the reduced-vocabulary sweep besides ``vanilla``: BiLD with the
-        variant's full small model and with its reduced one (label suffix ``_v<keep>``) at every
-        (alpha_FB, alpha_RB) of the task's grid, so both are normalised to one vanilla run."""
+        variant's full small model, with its reduced one (label suffix ``_v<keep>``) and with the
+        compact one where configured (``_l<layers>v<keep>``) at every (alpha_FB, alpha_RB) of the
+        task's grid, so all are normalised to one vanilla run."""
         rv, n = self.cfg.reduced_vocab, self.cfg.max_small_tokens
         out = {}
-        for suffix, small in (("", self.reduced_source()), (f"_v{rv.keep}", self.reduced_dir())):
+        smalls = [("", self.reduced_source()), (f"_v{rv.keep}", self.reduced_dir())]
+        if self.compact_dir() is not None:
+            smalls.append((self.compact_suffix(), self.compact_dir()))
+        for suffix, small in smalls:
             out.update({label(f, r) + suffix: {"small": small, "fallback_threshold": f, "rollback_threshold": r,
                                                "max_small_tokens": n} for f, r in self.cfg.task(rv.task).grid()})
         return out

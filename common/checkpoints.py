@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .errors import UserError
+from .paths import atomic_write
 
 
 def run_path(ckpt_path: Path) -> Path:
@@ -79,7 +80,6 @@ def save_trained(module: torch.nn.Module, ckpt_path: Path, meta: dict) -> None:
     tests of the decoders that load them)."""
     ckpt_path = Path(ckpt_path)
     ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
-    torch.save({"identity": {"config": None, "meta": meta, "n_examples": 0}, "module": module.state_dict(),
-                "step": 0, "log": [], "done": True}, tmp)
-    os.replace(tmp, ckpt_path)
+    atomic_write(ckpt_path, lambda tmp: torch.save({"identity": {"config": None, "meta": meta, "n_examples": 0},
+                                                    "module": module.state_dict(), "step": 0, "log": [], "done": True},
+                                                   tmp))

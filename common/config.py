@@ -114,6 +114,8 @@ class Profile:
     threads: int
     cross: BenchConfig
     raw: Mapping = field(default_factory=dict, repr=False)
+    # rule -> its resource class (the top-level resource_classes, inverted)
+    resource_class: Mapping = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -141,13 +143,35 @@ class RuleResources:
 
 
 def rule_resources(profile: Profile, key: str) -> RuleResources:
-    """Rule ``key``'s entry of the profile's ``resources`` (validated by the schema); UserError
-    when the profile has none for it, so a rule cannot go without."""
+    """Rule ``key``'s reservation: its class's entry of the profile's ``resources`` with the
+    profile's ``overrides`` for the rule on top (validated by the schema); UserError when the rule
+    has no class or the profile no entry for it, so a rule cannot go without."""
     table = profile.raw["resources"]
-    if key not in table:
-        raise UserError(f"config profiles/{profile.name}/resources: no entry for rule {key!r} "
-                        f"(threads, mem_mb, runtime); entries: {', '.join(sorted(table))}")
-    return RuleResources(**table[key])
+    cls = profile.resource_class.get(key)
+    if cls is None:
+        raise UserError(f"config resource_classes: rule {key!r} is in no class "
+                        f"(classes: {', '.join(sorted(set(profile.resource_class.values())))})")
+    if cls not in table:
+        raise UserError(f"config profiles/{profile.name}/resources: no entry for class {cls!r} of rule {key!r} "
+                        f"(threads, mem_mb, runtime); entries: {', '.join(sorted(set(table) - {'overrides'}))}")
+    return RuleResources(**{**table[cls], **table.get("overrides", {}).get(key, {})})
+
+
+def resource_class_of(config: dict) -> dict:
+    """``{rule: class}`` from the top-level ``resource_classes``; UserError for a rule in two
+    classes or an override naming a rule in none (a typo would otherwise be ignored)."""
+    out = {}
+    for cls, rules in config["resource_classes"].items():
+        for rule in rules:
+            if rule in out:
+                raise UserError(f"config resource_classes: rule {rule!r} is in both {out[rule]!r} and {cls!r}")
+            out[rule] = cls
+    for name, p in config["profiles"].items():
+        for rule in p["resources"].get("overrides", {}):
+            if rule not in out:
+                raise UserError(f"config profiles/{name}/resources/overrides: {rule!r} is in no resource class "
+                                f"(rules: {', '.join(sorted(out))})")
+    return out
 
 
 def validate(config: dict, schema_path: Path = CONFIG_DIR / "schema.yaml") -> None:
@@ -298,7 +322,7 @@ def load_profile(config: dict | None = None, profile: str | None = None) -> Prof
                    cross=BenchConfig(c["dataset"], c["n"], c["max_new_tokens"], c["max_prompt_tokens"],
                                      MappingProxyType({g: tuple(d) for g, d in c["groups"].items()}),
                                      MappingProxyType(dcfg)),
-                   raw=MappingProxyType(p))
+                   raw=MappingProxyType(p), resource_class=MappingProxyType(resource_class_of(config)))
 
 
 def load_artifacts() -> dict:

@@ -32,10 +32,8 @@ CLI: ``python -m common.corpus --model smollm2-135m-instruct --out DIR --tokens 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,8 @@ import torch
 from tqdm import tqdm
 
 from .errors import UserError, check_range
+from .fast import cast_copy
+from .paths import atomic_write
 
 MANIFEST = "corpus.json"
 HELDOUT = "heldout.npz"
@@ -124,27 +124,12 @@ def _file_sha(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through ``write(tmp)`` then rename; a full disk is one error line and leaves the
-    finished files as they were."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise UserError(f"disk full while writing {path}; the shards already finished stay valid, "
-                            "free space and run again to continue") from e
-        raise
-
-
 def write_shard(path: Path, shard: Shard) -> None:
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, tokens=shard.tokens, offsets=shard.offsets, starts=shard.starts,
                                 prompt_index=shard.prompt_index)
-    _atomic(path, write)
+    atomic_write(path, write, keep="the shards already finished")
 
 
 def read_shard(path: Path, sha256: str | None = None) -> Shard:
@@ -178,7 +163,8 @@ def read_manifest(out: Path) -> dict | None:
 
 
 def write_manifest(out: Path, manifest: dict) -> None:
-    _atomic(Path(out) / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1) + "\n"))
+    atomic_write(Path(out) / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1) + "\n"),
+                 keep="the shards already finished")
 
 
 def check_recipe(found: dict, recipe: Recipe, out: Path) -> None:
@@ -276,7 +262,7 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
         write_manifest(out, manifest)
 
     gen = model if recipe.gen_dtype == str(model.dtype).replace("torch.", "") else \
-        _cast_copy(model, getattr(torch, recipe.gen_dtype))
+        cast_copy(model, getattr(torch, recipe.gen_dtype))
     have = sum(s["answer_tokens"] for s in manifest["shards"])
     n_shards = (total_prompts - recipe.heldout) // recipe.shard_prompts  # whole shards only
     goal = tokens if tokens is not None else n_shards * recipe.shard_prompts * recipe.answer_tokens
@@ -303,17 +289,6 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
         k, written = k + 1, written + 1
     bar.close()
     return manifest
-
-
-def _cast_copy(model, dtype):
-    import copy
-    m = copy.deepcopy(model).to(dtype)
-    if getattr(m, "_fast_path", None):  # packed copies are made from the weight and remade on change
-        from .fast import PackedLinear
-        for mod in m.modules():
-            if isinstance(mod, PackedLinear):
-                mod._key = None
-    return m
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ Command line (progress bar; size and build time printed and stored in the stats 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +40,16 @@ from typing import Iterable
 import numpy as np
 
 from .errors import UserError, cli_main
+from .paths import atomic_write
 
 TOKENS, SUFFIXES, META = "tokens.npy", "suffixes.npy", "datastore.json"
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    with open(tmp, "wb") as fh:
-        np.save(fh, array)
-    os.replace(tmp, path)
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.save(fh, array)
+    atomic_write(path, write)
 
 
 def build_datastore(sequences: Iterable[list[int]], out: Path, vocab_size: int, tokenizer_id: str,

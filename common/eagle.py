@@ -199,17 +199,47 @@ def evaluate(head, model, held: SeqData, max_len: int, batch_size: int = 8, w_cl
 TREE_SIZES = (8, 16, 32, 63)
 
 
+def chain_features(head: EagleHead, model, f: torch.Tensor, ids: torch.Tensor, greedy: torch.Tensor,
+                   starts: torch.Tensor, depth: int):
+    """Yield ``(d, feat)`` for ``d = 1 .. depth``: ``feat`` [q, H] is the head's predicted feature
+    whose readout drafts depth ``d`` of a chain rooted at each answer position in ``starts`` [q],
+    given correct ancestors.
+
+    ``f`` [1, n, H] are the target's features and ``ids`` [1, n] the tokens of one sequence,
+    ``greedy`` [n] the target's greedy token after each position. Depth 1 reads the head over
+    the true pairs (h_i, x_{i+1}) up to ``h_j``; depth ``d + 1`` feeds the head the pair
+    (predicted h_{j+d}, greedy[j + d]) at position ``j + d``, attending to the true pairs up to
+    ``j`` and to its own chain: what the decoder's proposer feeds a depth-``d`` node."""
+    from .forward import attention_mask_4d, embed
+
+    dev, n = f.device, ids.shape[1]
+    cache = head.new_cache()
+    pos = torch.arange(n - 1, device=dev)
+    out = head(f[:, :-1], embed(model, ids[:, 1:]), pos[None], cache)[0]  # [n-1, H]: out[j] ~ h_{j+1}
+    feat, past_slots = out[starts], []
+    for d in range(1, depth + 1):
+        yield d, feat
+        if d == depth:
+            return
+        q, past = starts.numel(), cache.get_seq_length()
+        allow_past = torch.zeros(q, past, dtype=torch.bool, device=dev)
+        for r, j in enumerate(starts.tolist()):
+            allow_past[r, :j + 1] = True
+            for slot in past_slots:
+                allow_past[r, slot + r] = True
+        mask = attention_mask_4d(torch.eye(q, dtype=torch.bool, device=dev), past, feat.dtype, allow_past)
+        tok = greedy[(starts + d).clamp(max=n - 1)]
+        feat = head(feat[None], embed(model, tok[None]), (starts + d)[None], cache, mask)[0]
+        past_slots.append(past)
+
+
 def depth_accuracy(head: EagleHead, model, held: SeqData, depth: int = 6, topk: int = 8, every: int = 4) -> list[list[float]]:
     """``acc[d][r]``: how often the rank-``r`` draft token at depth ``d + 1`` is the target's
     greedy token, given correct ancestors (what :func:`common.tree_search.best_tree` takes).
 
-    Chains start at every ``every``-th answer position ``j`` of each held-out sequence: depth 1
-    reads the head's output over the true features up to ``h_j``; depth ``d`` feeds the head its
-    own previous prediction with the greedy token, attending to the true pairs up to ``j`` and
-    to its own chain, as drafting does.
+    Chains start at every ``every``-th answer position ``j`` of each held-out sequence
+    (:func:`chain_features`); depth ``d``'s label is ``greedy[j + d]``.
     """
-    from .forward import attention_mask_4d, embed
-
     hits = torch.zeros(depth, topk)
     counts = torch.zeros(depth)
     dev = model.device
@@ -217,36 +247,16 @@ def depth_accuracy(head: EagleHead, model, held: SeqData, depth: int = 6, topk: 
         f, ids, _ = held.batch([(k, i)], 10 ** 9, dev)
         n, start = ids.shape[1], int(held.shards[k].starts[i])
         greedy = model.lm_head(f[0]).argmax(-1)  # [n]: greedy[i] is the target's token at i + 1
-        cache = head.new_cache()
-        pos = torch.arange(n - 1, device=dev)
-        out = head(f[:, :-1], embed(model, ids[:, 1:]), pos[None], cache)[0]  # [n-1, H]: out[j] ~ h_{j+1}
         starts = torch.arange(max(start - 2, 0), n - 1, every, device=dev)
-        feat, past_slots = out[starts], []
-        for d in range(1, depth + 1):
-            label_at = starts + d  # depth d's token is greedy[j + d]
+        for d, feat in chain_features(head, model, f, ids, greedy, starts, depth):
+            label_at = starts + d
             ok = label_at <= n - 1
             if not ok.any():
                 break
-            logits = model.lm_head(feat)
-            top = logits.topk(topk, dim=-1).indices  # [q, topk]
+            top = model.lm_head(feat).topk(topk, dim=-1).indices  # [q, topk]
             lab = greedy[label_at.clamp(max=n - 1)]
             hits[d - 1] += ((top == lab[:, None]) & ok[:, None]).float().sum(0)
             counts[d - 1] += ok.sum()
-            if d == depth:
-                break
-            # the next depth: (this prediction, the greedy token) at position j + d
-            q, past = starts.numel(), cache.get_seq_length()
-            allow_past = torch.zeros(q, past, dtype=torch.bool, device=dev)
-            for r, j in enumerate(starts.tolist()):
-                allow_past[r, :j + 1] = True
-                for slot in past_slots:
-                    allow_past[r, slot + r] = True
-            mask = attention_mask_4d(torch.eye(q, dtype=torch.bool, device=dev), past, feat.dtype, allow_past)
-            # the pair (predicted h_{j+d}, the token x_{j+d+1} = greedy[j + d] that depth d drafts)
-            # sits at position j + d, as the decoder feeds a depth-d node
-            tok = greedy[(starts + d).clamp(max=n - 1)]
-            feat = head(feat[None], embed(model, tok[None]), (starts + d)[None], cache, mask)[0]
-            past_slots.append(past)
     return (hits / counts.clamp(min=1)[:, None]).tolist()
 
 

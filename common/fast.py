@@ -256,3 +256,15 @@ def accelerate(model, pack: bool | None = None):
         model.set_attn_implementation(ATTENTION)
     model._fast_path = {"packed": packed, "attention": model.config._attn_implementation, "cache": "growing"}
     return model
+
+
+def cast_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``model`` in ``dtype`` (a batched bf16 pass beside the fp32 model); its packed
+    weights are remade from the cast ones on first use, never shared with the original."""
+    m = copy.deepcopy(model).to(dtype)
+    if getattr(m, "_fast_path", None):
+        for mod in m.modules():
+            if isinstance(mod, PackedLinear):
+                mod._key = None
+    return m
+

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .errors import UserError
-from .paths import cache_root
+from .paths import atomic_write, cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 EXPLORATORY_ENV = "REPRO_EXPLORATORY"
@@ -122,9 +122,7 @@ def write_json(path: Path, obj) -> None:
     committed code: :func:`traced_path`)."""
     path = traced_path(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
 
 
 def read_jsonl(path: Path) -> list[dict]:

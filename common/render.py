@@ -134,11 +134,13 @@ class Render:
         paths = [p for p in self.inputs if Path(p).name.startswith(prefix) and p.endswith(".jsonl")]
         return [r for p in paths for r in read_jsonl(p)], paths
 
-    def runs(self, prefix: str = "bench_") -> dict[str, list[dict]]:
+    def runs(self, prefix: str = "bench_", under: str | None = None) -> dict[str, list[dict]]:
         """The records of each declared ``<prefix><name>.jsonl`` input, by ``name`` (one
-        benchmark run per dataset, one training curve per variant)."""
+        benchmark run per dataset, one training curve per variant); ``under``: only those in
+        that folder (e.g. ``firp/raw``, leaving out a cross-method group's record)."""
         return {Path(p).name.removeprefix(prefix).removesuffix(".jsonl"): read_jsonl(p)
-                for p in self.inputs if Path(p).name.startswith(prefix) and p.endswith(".jsonl")}
+                for p in self.inputs if Path(p).name.startswith(prefix) and p.endswith(".jsonl")
+                and (under is None or Path(p).parent.as_posix().endswith(under))}
 
     def find(self, suffix: str, required: bool = True):
         """The declared input whose path ends with ``suffix``, read (JSON or JSONL); None when

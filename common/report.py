@@ -111,9 +111,15 @@ def within_noise(a: float, b: float, spread: float | None) -> bool:
     return spread is not None and abs(a - b) <= spread * max(abs(a), abs(b))
 
 
-def cost_of(curve: list[dict], forward_path: str = "fast"):
+def cost_of(curve: list[dict], forward_path: str = "fast", device: str | None = None):
     """``q -> T(q) / T(1)`` from :mod:`common.cost` records of one forward path: linear in
-    ``q`` between measured points (beyond the last, along the last segment)."""
+    ``q`` between measured points (beyond the last, along the last segment).
+
+    ``device``: the hardware the curve must have been measured on (the benchmark records' own
+    ``device``); a curve of other hardware is a ValueError, never silently applied."""
+    if device is not None and not curve_fits(curve, device):
+        raise ValueError(f"the cost curve was measured on {sorted({r.get('device') for r in curve})}, "
+                         f"not on {device!r} where the records were: rerun the cost curve there")
     pts = sorted((int(r["q"]), float(r["ms"])) for r in curve if r.get("forward_path", "stock") == forward_path)
     if not pts or pts[0][0] != 1:
         raise ValueError(f"the cost curve has no q=1 record for forward path {forward_path!r}")
@@ -129,6 +135,11 @@ def cost_of(curve: list[dict], forward_path: str = "fast"):
     return ratio
 
 
+def curve_fits(curve: list[dict], device: str) -> bool:
+    """Whether the cost curve was measured on ``device`` (a record's ``device`` string)."""
+    return any(r.get("device") == device for r in curve)
+
+
 def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
     """The hardware limit of each tree-verified decoder, beside what it reached.
 
@@ -138,12 +149,19 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
     length: the speedup it would reach if a step cost only its verification forward. ``pct_of_limit``
     = measured speedup / limit: below 100% is the price of proposing (drafts, heads) and of
     everything around the forward. Decoders that record no per-step proposals (``vanilla``:
-    limit 1; transformers' own, pipelined workers) get blanks.
+    limit 1; transformers' own, pipelined workers) get blanks, and so does every decoder when the
+    curve was measured on other hardware than the records (T(q) is the machine's own).
     """
     df = pd.DataFrame(records)
     paths = set(df.get("forward_path", pd.Series(["stock"])).fillna("stock"))
     if len(paths) != 1:
         raise ValueError(f"records of several forward paths ({sorted(paths)}) cannot share one cost curve")
+    devices = set(df.device)
+    if len(devices) != 1:
+        raise ValueError(f"records of several devices ({sorted(devices)}) cannot share one cost curve")
+    if not curve_fits(curve, devices.pop()):
+        return pd.DataFrame([{"decoder": d, "step_cost": None, "limit": None, "pct_of_limit": None}
+                             for d in df.decoder.unique()])
     ratio = cost_of(curve, paths.pop())
     summary = summarize(records, baseline).set_index("decoder")
     rows = []

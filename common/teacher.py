@@ -43,8 +43,10 @@ from .checkpoints import fingerprint
 from .checks import check_device
 from .data import load_dataset_samples
 from .errors import UserError, check_range, cli_main
+from .fast import cast_copy
 from .hardware import provenance
 from .models import load_model
+from .paths import atomic_write
 from .prompts import encode_prompt
 from .records import write_json
 
@@ -180,7 +182,7 @@ def _shard_pass(model, shard_meta: dict, corpus_dir: Path, parts: Path, tag: str
     t = time.perf_counter()
     shard = corpus_mod.read_shard(corpus_dir / shard_meta["file"], shard_meta["sha256"])
     data = teacher_pass(model, shard_sequences(shard, max_prompt_tokens), topk, batch_size, desc=desc)
-    corpus_mod._atomic(path, lambda tmp: torch.save(vars(data), tmp))
+    atomic_write(path, lambda tmp: torch.save(vars(data), tmp))
     return data, time.perf_counter() - t
 
 
@@ -217,7 +219,7 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
         tag = f"k{topk}{cut}.{pass_dtype}"
         path = parts / f"{Path(s['file']).stem}.{s['sha256'][:12]}.{tag}.pt"
         if runner is None and not path.is_file():
-            runner = corpus_mod._cast_copy(model, getattr(torch, pass_dtype))  # made once, when a shard needs it
+            runner = cast_copy(model, getattr(torch, pass_dtype))  # made once, when a shard needs it
         data, w = _shard_pass(runner, s, corpus_dir, parts, tag, topk, batch_size, max_prompt_tokens,
                               f"teacher pass {s['file']}")
         wall["train_pass"] += w
@@ -274,23 +276,19 @@ def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_pr
     path = Path(path)
     if corpus_dir is not None:
         parts = path.with_name(path.stem + "_parts")
-        if path.is_file():
-            data = read_cache(path)
-            manifest = corpus_mod.open_corpus(corpus_dir, model=model)
-            if data.get("key", {}).get("shards") and data["key"] == _corpus_key(model, manifest, corpus_tokens, topk,
-                                                                                  max_prompt_tokens, pass_dtype):
-                return data
+        manifest = corpus_mod.open_corpus(corpus_dir, model=model)
+        data = _read_if_key(path, _corpus_key(model, manifest, corpus_tokens, topk, max_prompt_tokens, pass_dtype))
+        if data is not None:
+            return data
         data = from_corpus(model, corpus_dir, parts, corpus_tokens, topk, batch_size, max_prompt_tokens, pass_dtype)
         _save(path, data)
         return data
     key = {"version": VERSION, **fingerprint(model), "heldout_prompts": heldout_prompts,
            "answer_tokens": answer_tokens, "sequences": sequences, "max_len": max_len,
            "max_prompt_tokens": max_prompt_tokens, "topk": topk}
-    path = Path(path)
-    if path.is_file():
-        data = read_cache(path)
-        if data.get("key") == key:
-            return data
+    data = _read_if_key(path, key)
+    if data is not None:
+        return data
     wall = {}
     t = time.perf_counter()
     corpus = selfdistill.load_or_build(heldout_corpus, model, tokenizer, n_prompts=heldout_prompts,
@@ -328,11 +326,29 @@ def _chosen(manifest: dict, tokens: int | None) -> list[dict]:
     return chosen
 
 
+def _key_file(path: Path) -> Path:
+    """The cache's key beside it (bytes, where the cache is gigabytes): read before the cache."""
+    return path.with_name(path.name + ".key.json")
+
+
+def _read_if_key(path: Path, key: dict) -> dict | None:
+    """The cache at ``path`` when it was built with ``key``, else None; a key file that differs
+    spares reading the cache (a cache without one is read and its own key compared)."""
+    kf = _key_file(path)
+    if not path.is_file() or (kf.is_file() and json.loads(kf.read_text()) != json.loads(json.dumps(key))):
+        return None
+    data = read_cache(path)
+    return data if json.loads(json.dumps(data.get("key"))) == json.loads(json.dumps(key)) else None
+
+
 def _save(path: Path, data: dict) -> None:
+    """The cache, then its key file (removed first: a run killed in between leaves a cache whose
+    own key is compared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    torch.save({**data, "train": vars(data["train"]), "heldout": vars(data["heldout"])}, tmp)
-    tmp.replace(path)
+    _key_file(path).unlink(missing_ok=True)
+    atomic_write(path, lambda tmp: torch.save({**data, "train": vars(data["train"]), "heldout": vars(data["heldout"])},
+                                              tmp))
+    atomic_write(_key_file(path), lambda tmp: tmp.write_text(json.dumps(data["key"], indent=1) + "\n"))
 
 
 def add_args(ap) -> None:

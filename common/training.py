@@ -14,7 +14,6 @@ continues it) and stops when the held-out metric flattens or a wall-time budget 
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from .checkpoints import publish, run_path
 # that still import it from the training loop.
 from .checkpoints import fingerprint, load_trained, read_trained, save_trained  # noqa: F401
 from .errors import UserError, check_range
+from .paths import atomic_write
 from .records import write_json, write_jsonl
 
 
@@ -164,13 +164,12 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     t_start = time.perf_counter() - wall  # wall time counts across resumes
 
     def save():
-        tmp = work.with_name(work.name + ".partial")
         work.parent.mkdir(parents=True, exist_ok=True)
         done = step >= total or stopped is not None
-        torch.save({"identity": identity, "module": module.state_dict(), "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(), "step": step, "log": log, "curve": curve,
-                    "wall_s": time.perf_counter() - t_start, "stopped": stopped, "done": done}, tmp)
-        os.replace(tmp, work)
+        state = {"identity": identity, "module": module.state_dict(), "optimizer": opt.state_dict(),
+                 "scheduler": sched.state_dict(), "step": step, "log": log, "curve": curve,
+                 "wall_s": time.perf_counter() - t_start, "stopped": stopped, "done": done}
+        atomic_write(work, lambda tmp: torch.save(state, tmp), keep="the last checkpoint")
         if done:
             publish(work, ckpt_path)
 
@@ -272,9 +271,7 @@ def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: l
     ckpt_path = Path(ckpt_path)
     state = torch.load(ckpt_path, weights_only=False)
     state["acc"] = acc
-    tmp = ckpt_path.with_name(ckpt_path.name + ".partial")
-    torch.save(state, tmp)
-    os.replace(tmp, ckpt_path)
+    atomic_write(ckpt_path, lambda tmp: torch.save(state, tmp))
     n = sum(p.numel() for p in module.parameters())
     stats = {**fields, "steps": state["step"], "stopped": state["stopped"], "train_wall_s": state["wall_s"],
              "session_wall_s": time.perf_counter() - started, "params": n,

@@ -7,6 +7,8 @@
 # model's vanilla beside bild with exit_layer, or calm). Raw JSONL under <root>/bild/raw/; the
 # small and exit models in the git-ignored cache.
 from bild.config import EXIT_LOSSES as BILD_EXIT_LOSSES, VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
+from types import SimpleNamespace
+
 from bild.workflow import RuleParams as BildParams
 
 BILD = bild_from_profile(P)
@@ -189,11 +191,41 @@ if BILD.reduced_vocab is not None:
             f" --teacher {{input.teacher}} --labels {{params.labels}} --keep {{params.rv.keep}} --out {BILDR.reduced_dir()}"
             " --stats-out {output.stats} > {log} 2>&1"
 
+    # Beyond the paper: a shallower small model trained with the reduced head from the start
+    # (common.draft --keep), at the paper's small/large size ratio; swept in the same run.
+    if BILDR.compact_dir() is not None:
+        COMPACT_TEACHER = bild_small_teacher(SimpleNamespace(variant=BILD.reduced_vocab.variant))
+
+        rule bild_compact:
+            input: teacher=COMPACT_TEACHER[0], **teacher_inputs(C["teacher"])
+            output:
+                model=f"{BILDR.compact_dir()}/config.json",
+                stats=f"{BILD_RAW}/compact_stats.json",
+                curve=f"{BILD_RAW}/compact_curve.jsonl",
+            conda: "../env.yml"
+            log: f"{LOGS}/bild_compact.log"
+            benchmark: f"{BENCH}/bild_compact.tsv"
+            threads: rule_threads("bild_small")
+            resources: **rule_resources("bild_small")
+            params:
+                env=ENV, py=PY, p=P, b=BILD, rv=BILD.reduced_vocab, labels=BILDR.reduced_labels(),
+                d=BILDR.train(C["draft"]),
+                teacher=COMPACT_TEACHER[1],
+                stop=stopping_flags(BILDR.train(C["draft"])),
+            shell:
+                # the checkpoint folder written out (parent of the output's config.json), as in bild_reduce_vocab
+                f"{{params.env}} {{params.py}} -m common.draft --model {{params.b.model}} --teacher {{input.teacher}}"
+                " {params.teacher} --labels {params.labels} --layers {params.rv.compact_layers} --keep {params.rv.keep}"
+                f" --out {Path(BILDR.compact_dir()).parent} --stats-out {{output.stats}}"
+                " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
+                " --device {params.p.device} --threads {params.p.threads} > {log} 2>&1"
+
     rule bild_reduced_sweep:
         input:
             large=model_files(BILD.model),
             small=f"{BILDR.reduced_source()}/config.json",
             reduced=f"{BILDR.reduced_dir()}/config.json",
+            **({"compact": f"{BILDR.compact_dir()}/config.json"} if BILDR.compact_dir() else {}),
         output: f"{BILD_RAW}/reduced_vocab_sweep.jsonl"
         conda: "../env.yml"
         log: f"{LOGS}/bild_reduced_sweep.log"

@@ -73,6 +73,38 @@ def greedy_sequences(model, n: int = 4, prompt: int = 6, answer: int = 24, seed:
     return out
 
 
+# -- the sharded corpus on a tiny model (common.corpus): tests of the corpus, the teacher pass
+# over it and the trainers that read it
+CORPUS_PROMPTS = 40
+
+
+def corpus_prompts(start: int, stop: int) -> list[list[int]]:
+    """Deterministic random prompts of 3-9 tokens (BOS + ids of the tiny vocabulary), the
+    ``prompts(start, stop)`` callable :func:`common.corpus.build` takes."""
+    out = []
+    for i in range(start, min(stop, CORPUS_PROMPTS)):
+        g = torch.Generator().manual_seed(1000 + i)
+        n = int(torch.randint(2, 9, (1,), generator=g))
+        out.append([1] + torch.randint(3, 96, (n,), generator=g).tolist())
+    return out
+
+
+def corpus_recipe(model, **kw):
+    """A tiny corpus recipe: 6 held-out prompts, shards of 8, 10-token answers (``kw`` overrides)."""
+    from common import corpus
+    base = dict(model="tiny", model_id=corpus.model_identity(model), tokenizer_id="tok", heldout=6,
+                shard_prompts=8, answer_tokens=10, gen_dtype="float32", batch_size=3, eos=2)
+    return corpus.Recipe(**{**base, **kw})
+
+
+def tiny_corpus(out, model, max_shards: int | None = None, **kw):
+    """Build the tiny corpus at ``out`` (``max_shards`` training shards at most); returns ``out``."""
+    from common import corpus
+    corpus.build(out, model, corpus_recipe(model, **kw), corpus_prompts, CORPUS_PROMPTS, max_shards=max_shards,
+                 progress=False)
+    return out
+
+
 def teacher_corpus(model, n: int, seed0: int, new: int = 16) -> list[dict]:
     """``[{"ids", "start"}]``: ``n`` random 6-token prompts (BOS + 5 ids of the tiny vocabulary)
     with the model's ``new`` greedy tokens after each, EOS ignored; what

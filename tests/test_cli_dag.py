@@ -89,8 +89,10 @@ def test_dag_unknown_profile():
     ("profiles:\n  embedded:\n    cross:\n      groups:\n        x: [vanilla, medusa@t99]\n",
      "label 'medusa@t99' has no decoder_config entry"),
     ("profiles:\n  embedded:\n    cross:\n      groups:\n        x: [vanilla, medusae]\n", "unknown decoder 'medusae'"),
-    ("profiles:\n  smoke:\n    resources:\n      bench_cross: {mem_mb: -1}\n",
-     "profiles/smoke/resources/bench_cross/mem_mb: -1 is less than the minimum of 1"),
+    ("profiles:\n  smoke:\n    resources:\n      overrides: {bench_cross: {mem_mb: -1}}\n",
+     "profiles/smoke/resources/overrides/bench_cross/mem_mb: -1 is less than the minimum of 1"),
+    ("profiles:\n  smoke:\n    resources:\n      overrides: {bench_crosss: {mem_mb: 1}}\n",
+     "profiles/smoke/resources/overrides: 'bench_crosss' is in no resource class"),
     ("profiles:\n  paper:\n    resources:\n      render: {gpu: 1}\n", "'gpu' was unexpected"),
 ])
 def test_bad_config_fails_the_plan_in_one_line(tmp_path, extra, msg):

@@ -13,28 +13,12 @@ from common import corpus
 from common.errors import UserError
 from common.models import tiny_llama
 
-N_PROMPTS = 40
-
-
-def prompts(start, stop):
-    """Deterministic random prompts of 3-9 tokens (BOS + ids of the tiny vocabulary)."""
-    out = []
-    for i in range(start, min(stop, N_PROMPTS)):
-        g = torch.Generator().manual_seed(1000 + i)
-        n = int(torch.randint(2, 9, (1,), generator=g))
-        out.append([1] + torch.randint(3, 96, (n,), generator=g).tolist())
-    return out
+from decoding_checks import CORPUS_PROMPTS as N_PROMPTS, corpus_prompts as prompts, corpus_recipe as recipe
 
 
 @pytest.fixture(scope="module")
 def model():
     return tiny_llama(seed=3, scale=10.0)
-
-
-def recipe(model, **kw):
-    base = dict(model="tiny", model_id=corpus.model_identity(model), tokenizer_id="tok", heldout=6,
-                shard_prompts=8, answer_tokens=10, gen_dtype="float32", batch_size=3, eos=2)
-    return corpus.Recipe(**{**base, **kw})
 
 
 def shards_of(out):

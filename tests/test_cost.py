@@ -30,14 +30,15 @@ def test_cost_bad_input(tmp_path, args, msg):
     assert not out.exists()
 
 
-def _rec(decoder, qid, new, steps, wall, proposed=None, path="fast"):
+def _rec(decoder, qid, new, steps, wall, proposed=None, path="fast", device="cpu: A"):
     return {"question_id": qid, "decoder": decoder, "tokens": [1] * new, "new_tokens": new, "steps": steps,
-            "wall_time": wall, "peak_mem_bytes": 1, "forward_path": path,
+            "wall_time": wall, "peak_mem_bytes": 1, "forward_path": path, "device": device,
             "extra": {} if proposed is None else {"proposed": proposed}}
 
 
 CURVE = [{"q": 1, "ms": 40.0, "forward_path": "fast"}, {"q": 4, "ms": 40.0, "forward_path": "fast"},
          {"q": 16, "ms": 64.0, "forward_path": "fast"}, {"q": 1, "ms": 60.0, "forward_path": "stock"}]
+CURVE = [{**r, "device": "cpu: A"} for r in CURVE]
 
 
 def test_limit_columns_by_hand():
@@ -67,3 +68,18 @@ def test_limits_refuse_mixed_forward_paths_and_a_curve_without_q1():
         limits(recs, CURVE)
     with pytest.raises(ValueError, match="q=1"):
         cost_of([{"q": 4, "ms": 1.0, "forward_path": "fast"}])
+
+
+def test_a_curve_of_other_hardware_claims_no_limit():
+    """T(q) is the machine's own: records of another device get blank limit columns, and a
+    hardware-aware choice that asks for that device's curve is refused."""
+    from common.report import cost_of, limits
+
+    recs = [_rec("vanilla", "a", 12, 12, 1.2, device="cpu: B"),
+            _rec("tree", "a", 12, 4, 0.6, proposed=[0, 15, 15, 3], device="cpu: B")]
+    t = limits(recs, CURVE).set_index("decoder")
+    assert t[["step_cost", "limit", "pct_of_limit"]].isna().all().all() and set(t.index) == {"vanilla", "tree"}
+    assert limits([{**r, "device": "cpu: A"} for r in recs], CURVE).limit.notna().all()
+    with pytest.raises(ValueError, match="measured on .*cpu: A.*not on 'cpu: B'"):
+        cost_of(CURVE, device="cpu: B")
+    assert cost_of(CURVE, device="cpu: A")(4) == 1.0

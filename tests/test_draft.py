@@ -68,3 +68,31 @@ def test_hard_label_small_models_train_and_serve_bild(tiny, tmp_path, labels):
     assert bild.generate(ids, 20).tokens == get_decoder("vanilla", tiny).generate(ids, 20).tokens
     with pytest.raises(UserError, match="labels='soft'"):
         distill(tiny, teacher, 2, tmp_path / "x", TrainConfig(), labels="soft")
+
+
+@pytest.mark.parametrize("labels", ["topk", "greedy"])
+def test_reduced_head_trained_with_the_draft(tiny, tmp_path, labels):
+    """--keep: the draft trains with a head over its most frequent labels from the first step
+    (finite losses although some labels are dropped, falling), is saved with the sidecar that
+    loading cuts the head with again, proposes only kept tokens, and BiLD at alpha_RB = 0 with
+    it is still exactly the large model's greedy output."""
+    from transformers import AutoModelForCausalLM
+    from common.reduced_head import ReducedHead, apply_sidecar
+    teacher = {"key": {"test": 3}, "train": teacher_pass(tiny, teacher_corpus(tiny, 6, 10, 16), 8, 4),
+               "heldout": teacher_pass(tiny, teacher_corpus(tiny, 3, 60, 16), 8, 4)}
+    stats = distill(tiny, teacher, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2),
+                    stop=Stopping(eval_every=3, patience=5), labels=labels, keep=5)
+    assert stats["keep"] == 5 and 0 < stats["train_coverage"] < 1  # some labels really are dropped
+    assert 0 < stats["final_loss"] < stats["first_loss"] < 20  # no dropped label scored at the dtype's minimum
+    assert stats["final_loss"] < stats["first_loss"]
+    small = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
+    assert apply_sidecar(small, tmp_path / "model") and isinstance(small.lm_head, ReducedHead)
+    kept = set(small.lm_head.keep.tolist())
+    assert len(kept) == 5
+    logits = small(input_ids=torch.tensor([[1, 7, 8, 9, 40, 41]])).logits[0]
+    assert set(logits.argmax(-1).tolist()) <= kept
+    r = evaluate(small, teacher["heldout"])
+    assert r["heldout_top1"] <= stats["heldout_coverage"] + 1e-9  # a dropped token is never predicted
+    bild = get_decoder("bild", tiny, small=small, rollback_threshold=0.0)
+    ids = torch.tensor([[1, 7, 8, 9]])
+    assert bild.generate(ids, 20).tokens == get_decoder("vanilla", tiny).generate(ids, 20).tokens

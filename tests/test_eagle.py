@@ -14,6 +14,7 @@ from common.decoders.tree_loop import ProposerState
 from common.errors import UserError
 from common.forward import embed
 from common.models import tiny_llama
+from decoding_checks import tiny_corpus
 
 
 @pytest.fixture(scope="module")
@@ -97,15 +98,6 @@ def test_bad_head_and_tree(model, head_dir, tmp_path):
 
 
 # -- training (common.eagle) ----------------------------------------------------------------
-def _tiny_corpus(model, out):
-    from common import corpus
-    from tests.test_corpus import N_PROMPTS, prompts
-    r = corpus.Recipe(model="tiny", model_id=corpus.model_identity(model), tokenizer_id="tok", heldout=6,
-                      shard_prompts=8, answer_tokens=12, gen_dtype="float32", batch_size=4, eos=2)
-    corpus.build(out, model, r, prompts, N_PROMPTS, max_shards=2, progress=False)
-    return out
-
-
 def test_batch_masks_the_answer_predictions(model, tmp_path):
     import numpy as np
     from common import corpus
@@ -123,7 +115,7 @@ def test_batch_masks_the_answer_predictions(model, tmp_path):
 
 def _teacher(model, tmp_path):
     from common import teacher
-    cdir = _tiny_corpus(model, tmp_path / "corpus")
+    cdir = tiny_corpus(tmp_path / "corpus", model, max_shards=2, answer_tokens=12, batch_size=4)
     return teacher.load_or_build(tmp_path / "teacher.pt", model, None, None, 0, 0, 0, topk=4, corpus_dir=cdir,
                                  pass_dtype="float32")
 
@@ -177,3 +169,39 @@ def test_reduced_readout_drafts_only_kept_tokens(model, tmp_path):
     assert set(logits.topk(7, dim=-1).indices.flatten().tolist()) <= set(range(89, 96))
     full = model.lm_head(torch.randn(1, 64))
     assert logits.shape[-1] == full.shape[-1]
+
+
+def test_depth_accuracy_chains_see_what_the_decoder_drafts(model, head_dir):
+    """depth_accuracy's batched chains (common.eagle.chain_features) feed the head exactly what
+    the decoder's proposer feeds a chain of greedy tokens: same features at every depth, for
+    several chain roots at once."""
+    from common.checkpoints import load_trained
+    from common.eagle import chain_features
+    from common.tree import build_tree
+
+    head = EagleHead(model)
+    load_trained(head, head_dir / CHECKPOINT)
+    head.eval()
+    torch.manual_seed(3)
+    n, depth = 14, 4
+    f, ids = torch.randn(1, n, 64), torch.randint(3, 96, (1, n))
+    greedy = model.lm_head(f[0]).argmax(-1)
+    starts = torch.tensor([3, 6, 9])
+    with torch.inference_mode():
+        batched = [feat.clone() for _, feat in chain_features(head, model, f, ids, greedy, starts, depth)]
+        for r, j in enumerate(starts.tolist()):
+            prop = EagleProposer(head, model, "static", tree=build_tree([(0,) * d for d in range(1, depth + 1)]))
+            seen = []
+
+            def forced(feats, j=j, seen=seen):  # drafts greedy[j + d] at depth d, recording the features
+                seen.append(feats.clone())
+                lp = torch.full((feats.shape[0], 96), -1e9)
+                lp[:, greedy[j + len(seen)]] = 0.0
+                return lp
+            prop._logp = forced
+            prop.propose(ProposerState(ids[:, :j + 1], [int(ids[0, j + 1])], f[:, :j + 1], 20, 0.0, None))
+            assert len(seen) == depth
+            for d in range(depth):
+                # the random head's features grow ~10x a depth: compare relative to their size
+                scale = float(batched[d][r].abs().max())
+                torch.testing.assert_close(seen[d][0], batched[d][r], atol=1e-5 * scale, rtol=1e-5)

@@ -161,6 +161,12 @@ def test_profiles_and_rule_params():
     assert s[label(f, b)]["small"] == r.reduced_source() == f".cache/components/{p.name}/bild_small_{rv.variant}/model"
     assert s[label(f, b) + f"_v{rv.keep}"]["small"] == r.reduced_dir()
     assert r.reduced_labels() == RuleParams.LABELS[rv.variant]
+    import dataclasses
+    cr = RuleParams(dataclasses.replace(cfg, reduced_vocab=dataclasses.replace(rv, compact_layers=2)),
+                    f".cache/components/{p.name}", p.model)
+    cs = cr.reduced_settings()
+    assert len(cs) == 3 * len(grid) and cr.compact_suffix() == f"_l2v{rv.keep}"
+    assert cs[label(f, b) + cr.compact_suffix()]["small"] == cr.compact_dir() != r.reduced_dir()
     assert any(x.endswith("reduced_vocab_sweep.jsonl") for x in artifact_inputs(p, "bild.table1"))
     paper = load_profile(None, "paper")       # the paper's checkpoints: no reduced rows, no inputs
     assert from_profile(paper).reduced_vocab is None
@@ -182,6 +188,9 @@ def test_bad_reduced_config():
         from_mapping(raw(variant="unaligned"))      # a variant the profile does not train
     with pytest.raises(UserError, match="keep"):
         from_mapping(raw(keep=0))
+    assert from_mapping(raw(compact_layers=2)).reduced_vocab.compact_layers == 2
+    with pytest.raises(UserError, match="compact_layers"):
+        from_mapping(raw(compact_layers=0))
     with pytest.raises(UserError, match="needs the embedded small models"):
         from_mapping({**raw(), "small_layers": None,
                       "tasks": {"t": {**raw()["tasks"]["t"], "large": "L", "small": {"aligned": "S"}}}})
@@ -194,4 +203,8 @@ def test_split_reduced_sweep():
             ("vanilla", "bild@fb0.5_rb2", "bild@fb0.5_rb2_v64", "bild@fb0.5_norb", "bild@fb0.5_rb2_v32")]
     parts = split_reduced(recs, 64)
     assert [r["decoder"] for r in parts["full"]] == ["vanilla", "bild@fb0.5_rb2"]
+    assert [r["decoder"] for r in parts["reduced"]] == ["vanilla", "bild@fb0.5_rb2"]
+    assert "compact" not in parts and "compact" not in split_reduced(recs, 64, compact="_l2v64")  # none recorded
+    parts = split_reduced(recs + [{"decoder": "bild@fb0.5_rb2_l2v64", "question_id": "a"}], 64, compact="_l2v64")
+    assert [r["decoder"] for r in parts["compact"]] == ["vanilla", "bild@fb0.5_rb2"]
     assert [r["decoder"] for r in parts["reduced"]] == ["vanilla", "bild@fb0.5_rb2"]

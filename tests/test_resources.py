@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import load_profile, rule_resources
+from common.config import RuleResources, load_profile, resource_class_of, rule_resources
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,23 +90,48 @@ def test_commands_exist_and_name_registered_models(slurm_plan):
 
 
 def test_config_has_an_entry_for_every_rule_key():
-    """Every key the rules pass to rule_resources() has an entry in every profile."""
+    """Every key the rules pass to rule_resources() is in one resource class, and every profile
+    reserves something for every class."""
     keys = set()
     for f in (ROOT / "rules").glob("*.smk"):
         keys |= set(re.findall(r'rule_resources\("(\w+)"\)', f.read_text()))
     assert {"bench_cross", "render", "ppdp_bench"} <= keys
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    classes = resource_class_of(config)
+    assert keys <= set(classes), sorted(keys - set(classes))
     for name, p in config["profiles"].items():
-        assert keys <= set(p["resources"]), f"{name}: {sorted(keys - set(p['resources']))}"
+        assert set(classes.values()) <= set(p["resources"]), name
+
+
+def test_class_entry_and_override():
+    """A rule gets its class's entry with the profile's override for that rule on top."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["resource_classes"] = {"timing": ["bench_cross", "cost_curve"], "render": ["render"]}
+    config["profiles"]["smoke"]["resources"] = {
+        "timing": {"threads": 2, "mem_mb": 3000, "runtime": 15, "exclusive": True},
+        "render": {"threads": 1, "mem_mb": 2000, "runtime": 10},
+        "overrides": {"cost_curve": {"mem_mb": 5000}}}
+    for p in ("embedded", "paper"):
+        config["profiles"][p]["resources"] = dict(config["profiles"]["smoke"]["resources"], overrides={})
+    smoke = load_profile(config, "smoke")
+    assert rule_resources(smoke, "bench_cross") == RuleResources(threads=2, mem_mb=3000, runtime=15, exclusive=True)
+    assert rule_resources(smoke, "cost_curve") == RuleResources(threads=2, mem_mb=5000, runtime=15, exclusive=True)
+    with pytest.raises(UserError, match="rule 'pd_bench' is in no class"):
+        rule_resources(smoke, "pd_bench")
 
 
 def test_missing_entry_is_one_user_error():
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    del config["profiles"]["smoke"]["resources"]["bench_cross"]
-    with pytest.raises(UserError, match="profiles/smoke/resources: no entry for rule 'bench_cross'"):
+    del config["profiles"]["smoke"]["resources"]["timing"]
+    with pytest.raises(UserError, match="profiles/smoke/resources: no entry for class 'timing' of rule 'bench_cross'"):
         rule_resources(load_profile(config, "smoke"), "bench_cross")
     del config["profiles"]["smoke"]["resources"]["render"]["mem_mb"]
     with pytest.raises(UserError, match="resources/render: 'mem_mb' is a required property"):
+        load_profile(config, "smoke")
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["resource_classes"]["render"].append("bench_cross")
+    with pytest.raises(UserError, match="rule 'bench_cross' is in both 'render' and 'timing'|"
+                                        "rule 'bench_cross' is in both 'timing' and 'render'"):
         load_profile(config, "smoke")
 
 

@@ -9,7 +9,7 @@ from common import corpus, teacher
 from common.errors import UserError
 from common.models import tiny_llama
 
-from test_corpus import N_PROMPTS, prompts, recipe
+from decoding_checks import tiny_corpus
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +19,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def built(model, tmp_path_factory):
-    out = tmp_path_factory.mktemp("corpus")
-    corpus.build(out, model, recipe(model), prompts, N_PROMPTS, progress=False)
-    return out
+    return tiny_corpus(tmp_path_factory.mktemp("corpus"), model)
 
 
 def test_sets_are_the_corpus_shards(model, built, tmp_path):
@@ -102,3 +100,23 @@ def test_in_forward_trainers_read_the_same_sets(model, built, tmp_path):
     assert ids.tolist() == first["ids"][first["start"] - start:]  # the prompt's last tokens, the whole answer
     with pytest.raises(UserError, match="--corpus-dir .* or both --corpus and --heldout-corpus"):
         seqtrain.from_args(ap.parse_args([]), model, None)
+
+
+def test_key_file_spares_reading_a_stale_cache(model, built, tmp_path, monkeypatch):
+    """The cache's key sits beside it: a cache built with other settings is rebuilt without
+    reading its gigabytes; one with the same settings is read and reused, also when its key
+    file is gone (caches written before key files existed)."""
+    kw = dict(corpus_dir=built, pass_dtype="float32")
+    path = tmp_path / "t.pt"
+    first = teacher.load_or_build(path, model, None, None, 0, 0, 0, topk=4, **kw)
+    assert (tmp_path / "t.pt.key.json").is_file()
+    read = teacher.read_cache
+    calls = []
+    monkeypatch.setattr(teacher, "read_cache", lambda p: calls.append(p) or read(p))
+    again = teacher.load_or_build(path, model, None, None, 0, 0, 0, topk=4, **kw)
+    assert calls == [path] and torch.equal(again["train"].hidden, first["train"].hidden)
+    other = teacher.load_or_build(path, model, None, None, 0, 0, 0, topk=2, **kw)  # stale: rebuilt unread
+    assert calls == [path] and other["train"].top_idx.shape[-1] == 2
+    (tmp_path / "t.pt.key.json").unlink()
+    assert teacher.load_or_build(path, model, None, None, 0, 0, 0, topk=2, **kw)["key"] == other["key"]
+    assert calls == [path, path]

@@ -60,7 +60,8 @@ meta
 # is counted whole, as the decoders load it: its embeddings and tied head are frozen copies of the
 # target's and could be shared, which would leave only `params_not_shared` in `draft_stats.json`.
 # A joined group's decoders load its package's component (`cross.joins.<package>.stats`).
-# `trained_on` names the hardware a component was trained on: training times compare only
+# `ran_on` names the machine a group's benchmark ran on (each group is one run, its own vanilla
+# included). `trained_on` names the hardware a component was trained on: training times compare only
 # between rows trained on the same.
 
 # %%
@@ -99,6 +100,7 @@ def cross_rows():
         t["extra_params_m"] = [e[0] for e in ex]
         t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
         t["trained_on"] = pd.Series([e[2] for e in ex], dtype=object)
+        t["ran_on"] = ", ".join(sorted({r["device"].split(", torch")[0] for r in recs}))
         base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
         t["extra_mem_mib"] = t.peak_mem_mib - base_mem
         t = t.merge(limits(recs, curve), on="decoder", how="left")
@@ -131,14 +133,15 @@ def cross_rows():
 # `limit` means the proposals are not accepted often enough (or cost too much to verify); a low
 # `pct_of_limit` means the time goes elsewhere: drafting (a draft model's or the heads' own
 # forwards), Python around the forward. Blank: decoders that record no per-step proposals
-# (transformers' own `generate` loops, pipelined workers), and records made before proposals
-# were recorded.
+# (transformers' own `generate` loops, pipelined workers), records made before proposals
+# were recorded, and every decoder of a group benchmarked on other hardware than the cost curve
+# was measured on (the `hardware` of `cost.fig`): T(q) is that machine's own.
 
 # %% [cross.table]
 table = cross_rows()
 cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
         "step_cost", "limit", "pct_of_limit", "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s",
-        "trained_on", "identical_to_vanilla"]
+        "trained_on", "ran_on", "identical_to_vanilla"]
 table = table[cols]
 for c in ("step_cost", "limit", "pct_of_limit"):  # blank, not nan, where a decoder has no limit
     table[c] = table[c].astype(object).where(table[c].notna(), None)
@@ -148,9 +151,12 @@ verdict = (f"this project's comparison (no paper has it): fastest {ranked.decode
            f"slowest {ranked.decoder.iloc[-1]} {ranked.speedup.iloc[-1]:.2f}x over {len(ranked)} decoders, each against "
            f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}")
 write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+machines = table.ran_on.nunique()
 close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: "
-           "it is this project's own, every method on one model, prompt set and machine.")
+           "No paper reports this comparison: it is this project's own, every method on one model and prompt set"
+           + (", on one machine." if machines == 1 else
+              f"; the groups ran on {machines} machines (`ran_on`), so each speedup is a ratio to its own group's "
+              "vanilla on the same machine, and tokens/s compare only within a machine."))
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% [cross.fig]
