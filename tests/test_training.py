@@ -136,20 +136,20 @@ def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
         time.sleep(0.05)
         return loss_fn(m, b)
 
-    stop = Stopping(eval_every=100, patience=2, wall_budget_s=0.3)
+    stop = Stopping(eval_every=100, patience=2, wall_budget_s=0.6)
     train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=stop)
     state = read_trained(tmp_path / "w.pt")
     assert state["stopped"] == "wall budget" and 3 <= state["step"] < 50
-    assert state["curve"][-1]["step"] == state["step"] and state["wall_s"] >= 0.3
+    assert state["curve"][-1]["step"] == state["step"] and state["wall_s"] >= 0.6
     # the same budget again: nothing to do; a larger one continues the run and its curve
     first = state["step"]
     train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=stop)
     assert read_trained(tmp_path / "w.pt")["step"] == first
-    more = Stopping(eval_every=100, patience=2, wall_budget_s=state["wall_s"] + 0.3)
+    more = Stopping(eval_every=100, patience=2, wall_budget_s=state["wall_s"] + 0.6)
     train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=more)
     again = read_trained(tmp_path / "w.pt")
     assert again["stopped"] == "wall budget" and first + 3 <= again["step"] < 50
-    assert again["curve"][:len(state["curve"])] == state["curve"] and again["wall_s"] >= state["wall_s"] + 0.3
+    assert again["curve"][:len(state["curve"])] == state["curve"] and again["wall_s"] >= state["wall_s"] + 0.6
 
 
 def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):
