@@ -21,7 +21,6 @@ ratio BiLD's T5-small/T5-large pairs have (~8%), where the 49 k-token head alone
 from __future__ import annotations
 
 import copy
-import json
 import time
 from pathlib import Path
 
@@ -32,8 +31,8 @@ from . import teacher as teacher_cache
 from .errors import UserError, check_range, cli_main
 from .forward import num_layers
 from .models import param_count
-from .reduced_head import SIDECAR, reduce_vocab
-from .reduced_vocab import coverage, frequent_tokens, label_tokens
+from .reduced_head import reduce_vocab, write_sidecar
+from .reduced_vocab import coverage, kept_ids, label_tokens
 from .records import write_json
 from .teacher import HardLabels, TeacherData
 from .train_cli import component_main
@@ -177,9 +176,7 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
         vocab = int(draft.config.vocab_size)
         check_range("keep", keep, 1, vocab - 1)
         counted = "text" if labels == "text" else "greedy"  # the labels the loss teaches
-        eos = draft.config.eos_token_id
-        eos = tuple(t for t in (eos if isinstance(eos, list) else [eos]) if t is not None)
-        ids = frequent_tokens(label_tokens(tr, counted), keep, vocab, eos)
+        ids = kept_ids(tr, counted, keep, draft.config)
         kept = torch.zeros(vocab, dtype=torch.bool)
         kept[ids] = True
         reduced = {"ids": ids, "labels": counted, "head": draft.lm_head, "tied": draft.config.tie_word_embeddings,
@@ -205,8 +202,7 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
     model_dir = out_dir / "model"
     draft.save_pretrained(model_dir)
     if reduced is not None:
-        (model_dir / SIDECAR).write_text(json.dumps({"keep": reduced["ids"].tolist(), "labels": reduced["labels"],
-                                                     "source": "trained with this head (common.draft --keep)"}))
+        write_sidecar(model_dir, reduced["ids"], reduced["labels"], "trained with this head (common.draft --keep)")
     if tokenizer is not None:
         tokenizer.save_pretrained(model_dir)
     stats = {"layers": n_layers, "labels": labels, "params": params,

@@ -267,4 +267,3 @@ def cast_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
             if isinstance(mod, PackedLinear):
                 mod._key = None
     return m
-

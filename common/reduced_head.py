@@ -59,6 +59,14 @@ def reduce_vocab(model, keep: torch.Tensor):
     return model
 
 
+def write_sidecar(folder, keep: torch.Tensor, labels: str, source: str) -> None:
+    """Write ``folder``'s ``reduced_vocab.json``: the kept ids (``[K]``), the labels they were
+    counted on and where the checkpoint came from."""
+    from .paths import atomic_write
+    atomic_write(Path(folder) / SIDECAR, lambda tmp: tmp.write_text(
+        json.dumps({"keep": keep.tolist(), "labels": labels, "source": source})))
+
+
 def apply_sidecar(model, folder) -> bool:
     """Apply ``folder``'s ``reduced_vocab.json`` if it has one (what ``load_model`` calls)."""
     path = Path(folder) / SIDECAR

@@ -23,7 +23,6 @@ through a load hook); this module chooses the kept ids and writes the folder.
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from transformers import AutoConfig
 from .checks import ArgumentParser, check_out_path
 from .errors import UserError, check_range, cli_main
 from .records import write_json
-from .reduced_head import SIDECAR
+from .reduced_head import write_sidecar
 from .teacher import HardLabels, read_cache
 
 LABELS = tuple(m.value for m in HardLabels)
@@ -55,6 +54,13 @@ def label_tokens(data, labels: str) -> torch.Tensor:
     """The hard labels a small model was trained on at the answer positions of a teacher
     cache (:class:`common.teacher.TeacherData`): the target's greedy tokens or the text's."""
     return HardLabels.parse(labels).at(data, data.answer_positions())
+
+
+def kept_ids(data, labels: str, keep: int, config) -> torch.Tensor:
+    """The ``keep`` most frequent ``labels`` of a teacher cache's answer positions, the model
+    ``config``'s EOS ids forced in (a small model must be able to end an answer); sorted ``[keep]``."""
+    eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    return frequent_tokens(label_tokens(data, labels), keep, int(config.vocab_size), tuple(t for t in eos if t is not None))
 
 
 def coverage(ids: torch.Tensor, keep: torch.Tensor) -> float:
@@ -79,13 +85,12 @@ def _main(argv=None) -> None:
     check_range("--keep", a.keep, 1, vocab - 1)
     data = read_cache(a.teacher)
     train_ids, held_ids = label_tokens(data["train"], a.labels), label_tokens(data["heldout"], a.labels)
-    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
-    keep = frequent_tokens(train_ids, a.keep, vocab, tuple(t for t in eos if t is not None))
+    keep = kept_ids(data["train"], a.labels, a.keep, cfg)
     # the checkpoint is the trained draft's, unchanged; the sidecar names the kept rows
     tmp = a.out.with_name(a.out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(a.model, tmp)
-    (tmp / SIDECAR).write_text(json.dumps({"keep": keep.tolist(), "labels": a.labels, "source": str(a.model)}))
+    write_sidecar(tmp, keep, a.labels, str(a.model))
     shutil.rmtree(a.out, ignore_errors=True)
     tmp.replace(a.out)
     stats = {"keep": a.keep, "vocab": vocab, "labels": a.labels, "source": str(a.model),

@@ -137,7 +137,7 @@ class Render:
     def runs(self, prefix: str = "bench_", under: str | None = None) -> dict[str, list[dict]]:
         """The records of each declared ``<prefix><name>.jsonl`` input, by ``name`` (one
         benchmark run per dataset, one training curve per variant); ``under``: only those in
-        that folder (e.g. ``firp/raw``, leaving out a cross-method group's record)."""
+        that folder (a package's own raw records, leaving out a cross-method group's)."""
         return {Path(p).name.removeprefix(prefix).removesuffix(".jsonl"): read_jsonl(p)
                 for p in self.inputs if Path(p).name.startswith(prefix) and p.endswith(".jsonl")
                 and (under is None or Path(p).parent.as_posix().endswith(under))}

@@ -334,11 +334,11 @@ def _key_file(path: Path) -> Path:
 def _read_if_key(path: Path, key: dict) -> dict | None:
     """The cache at ``path`` when it was built with ``key``, else None; a key file that differs
     spares reading the cache (a cache without one is read and its own key compared)."""
-    kf = _key_file(path)
-    if not path.is_file() or (kf.is_file() and json.loads(kf.read_text()) != json.loads(json.dumps(key))):
+    kf, want = _key_file(path), json.loads(json.dumps(key))  # compared as JSON: tuples read back as lists
+    if not path.is_file() or (kf.is_file() and json.loads(kf.read_text()) != want):
         return None
     data = read_cache(path)
-    return data if json.loads(json.dumps(data.get("key"))) == json.loads(json.dumps(key)) else None
+    return data if json.loads(json.dumps(data.get("key"))) == want else None
 
 
 def _save(path: Path, data: dict) -> None:

@@ -7,8 +7,6 @@
 # model's vanilla beside bild with exit_layer, or calm). Raw JSONL under <root>/bild/raw/; the
 # small and exit models in the git-ignored cache.
 from bild.config import EXIT_LOSSES as BILD_EXIT_LOSSES, VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
-from types import SimpleNamespace
-
 from bild.workflow import RuleParams as BildParams
 
 BILD = bild_from_profile(P)
@@ -194,7 +192,7 @@ if BILD.reduced_vocab is not None:
     # Beyond the paper: a shallower small model trained with the reduced head from the start
     # (common.draft --keep), at the paper's small/large size ratio; swept in the same run.
     if BILDR.compact_dir() is not None:
-        COMPACT_TEACHER = bild_small_teacher(SimpleNamespace(variant=BILD.reduced_vocab.variant))
+        COMPACT_TEACHER = bild_teacher(BILD.reduced_vocab.variant)
 
         rule bild_compact:
             input: teacher=COMPACT_TEACHER[0], **teacher_inputs(C["teacher"])

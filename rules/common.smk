@@ -203,9 +203,14 @@ def teacher_flags(c, t, heldout=None):
 
 
 def bild_small_teacher(wildcards):
-    """``(cache, flags)`` of a BiLD small model's training: the reference text's pass for the
+    """``(cache, flags)`` of a BiLD small model's training (:func:`bild_teacher` of its variant)."""
+    return bild_teacher(wildcards.variant)
+
+
+def bild_teacher(variant):
+    """``(cache, flags)`` of a BiLD small model of ``variant``: the reference text's pass for the
     unaligned one (rule teacher_text), the shared cache otherwise."""
-    if BILDR.labels(wildcards) == "text":
+    if BILDR.LABELS[variant] == "text":
         return f".cache/components/{P.name}/teacher_text.pt", teacher_flags(C["corpus"], TEACHER_TEXT)
     return f".cache/components/{P.name}/teacher.pt", teacher_flags(C["corpus"], C["teacher"])
 

@@ -28,11 +28,14 @@ def _sweep(variant):
     return out
 
 
-def _reduced(keep):
-    """The reduced-vocabulary sweep: vanilla, the full head and the reduced one (label suffix)."""
+def _reduced(keep, compact_layers=None):
+    """The reduced-vocabulary sweep: vanilla, the full head, the reduced one and the compact model
+    (label suffixes)."""
     recs = _sweep("aligned")
     slow = [{**r, "decoder": r["decoder"] + f"_v{keep}", "wall_time": 1.5} for r in recs if r["decoder"] != "vanilla"]
-    return recs + slow
+    compact = [] if compact_layers is None else [
+        {**r, "decoder": r["decoder"] + f"_l{compact_layers}v{keep}", "wall_time": 0.8} for r in recs if r["decoder"] != "vanilla"]
+    return recs + slow + compact
 
 
 def _oracle(variant):
@@ -57,8 +60,13 @@ def root(tmp_path_factory):
             (f"{kind}_summarize_{v}.jsonl", fn(v)) for v in ("unaligned", "aligned")
             for kind, fn in (("sweep", _sweep), ("oracle", _oracle))]:
         (raw / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
-    keep = load_profile(None, "smoke").raw["bild"]["reduced_vocab"]["keep"]
-    (raw / "reduced_vocab_sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _reduced(keep)))
+    rv = load_profile(None, "smoke").raw["bild"]["reduced_vocab"]
+    keep, layers = rv["keep"], rv.get("compact_layers")
+    (raw / "reduced_vocab_sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _reduced(keep, layers)))
+    if layers is not None:
+        (raw / "compact_stats.json").write_text(json.dumps(
+            {"layers": layers, "keep": keep, "steps": 40, "stopped": "flat", "final": {"heldout_top1": 0.3},
+             "params_not_shared": 1000, "head_params": 500}))
     (raw / "reduced_vocab_stats.json").write_text(json.dumps(
         {"keep": keep, "vocab": 96, "labels": "greedy", "train_coverage": 0.98, "heldout_coverage": 0.9}))
     return root

