@@ -34,6 +34,11 @@ ARTIFACTS = load_artifacts()
 RERUN = bool(config.get("rerun", False))
 # Every rule sees the profile's hub setting; the embedded and smoke profiles never reach it.
 ENV = f"HF_HUB_OFFLINE={int(P.offline)} HF_DATASETS_OFFLINE={int(P.offline)}"
+# ... and the profile's local copies of hub repositories, read before the hub (common.models, common.data):
+# paper-tiny's tiny stand-ins and dataset fixtures, or a cluster's downloads.
+for _var, _key in (("DECODING_REPRO_MODELS", "model_root"), ("DECODING_REPRO_DATA", "data_root")):
+    if P.raw.get(_key):
+        ENV += f" {_var}={P.raw[_key]}"
 # A trainer whose steps allocate and free large tensors (the exit heads' [positions x exits, 49 k]
 # logits) spends a third of its CPU time in page faults when glibc hands the memory back to the
 # OS after every step; keeping it in the process made a CALM exit step 1.55x faster (2.4 -> 1.5 s,

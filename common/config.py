@@ -1,4 +1,5 @@
-"""The one config path: ``config/config.yaml`` -> JSON-schema validation -> frozen dataclass.
+"""The one config path: ``config/config.yaml`` -> each profile's ``extends`` resolved -> JSON-schema
+validation -> frozen dataclass.
 
 The Snakefile, every CLI and every notebook load profiles through :func:`load_profile`, so a
 typo in the config or an unknown profile fails once, in one line, before any rule runs.
@@ -296,10 +297,68 @@ def bench_decoders(bench: Mapping, dataset: str) -> list[str]:
     return [d for d in bench["decoders"] if subset is None or d in subset]
 
 
+def _merged(base: Mapping, own: Mapping, replace: set[str], path: str = "") -> dict:
+    """``base`` with ``own`` on top: mappings merge key by key, except at a path in ``replace``;
+    any other value (a list, a number, a string, null) replaces the base's."""
+    out = dict(base)
+    for key, value in own.items():
+        where = f"{path}{key}"
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and where not in replace:
+            out[key] = _merged(out[key], value, replace, f"{where}/")
+        else:
+            out[key] = value
+    return out
+
+
+def resolve_profiles(config: dict) -> dict:
+    """``config`` with each profile's ``extends`` resolved (a new dict; ``config`` is untouched).
+
+    A profile that ``extends`` another is that profile's settings (resolved first, so bases
+    chain) with its own merged on top: mappings key by key, any other value replacing the
+    base's; a mapping whose path (``prompt_decoding/variants``) is in the profile's ``replace``
+    list is the profile's own, not merged, so a smaller profile drops what it does not run. So a
+    profile states only how it differs (paper-tiny: the paper profile on tiny stand-ins).
+    UserError for an unknown base, a cycle, or a ``replace`` path the profile does not set.
+    """
+    profiles = config.get("profiles")
+    if not isinstance(profiles, Mapping):
+        return config  # the schema names what is missing
+    done: dict[str, dict] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict:
+        if name in done:
+            return done[name]
+        own = profiles[name]
+        base = own.get("extends") if isinstance(own, Mapping) else None
+        if base is None:
+            done[name] = own
+            return own
+        where = f"config profiles/{name}/extends"
+        if base not in profiles:
+            raise unknown(f"profile (in {where})", base, profiles)
+        if base in chain:
+            raise UserError(f"{where}: profiles extend each other in a cycle ({' -> '.join((*chain, base))}); "
+                            "valid: a chain that ends in a profile without extends")
+        replace = set(own.get("replace", []))
+        for path in replace:  # a replace path the profile does not set would silently merge nothing
+            node = own
+            for part in path.split("/"):
+                node = node.get(part) if isinstance(node, Mapping) else None
+            if not isinstance(node, Mapping):
+                raise UserError(f"config profiles/{name}/replace: {path!r} is not a mapping the profile sets; "
+                                "valid: the path of a mapping under the profile (section/key)")
+        mine = {k: v for k, v in own.items() if k not in ("extends", "replace")}
+        done[name] = _merged(resolve(base, (*chain, base)), mine, replace)
+        return done[name]
+
+    return {**config, "profiles": {name: resolve(name, (name,)) for name in profiles}}
+
+
 def load_config(config: dict | None = None) -> dict:
-    """The validated config (default: config/config.yaml)."""
+    """The validated config (default: config/config.yaml), every profile's ``extends`` resolved."""
     if config is None:
         config = yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
+    config = resolve_profiles(config)
     validate(config)
     return config
 

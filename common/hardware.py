@@ -1,13 +1,25 @@
-"""Describe the machine a result came from, and measure peak memory of a call."""
+"""Describe the machine a result came from, measure peak memory of a call, and read a clock that
+waits for the device."""
 from __future__ import annotations
 
 import os
 import platform
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import torch
+
+
+def device_clock(device) -> float:
+    """``time.perf_counter()`` once ``device`` has finished its queued work: CUDA kernels run
+    asynchronously, so an unsynchronized clock around GPU work times its launch, not the work.
+    Every clock that times a forward or a decode reads this one."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def describe(device: str = "cpu") -> str:

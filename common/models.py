@@ -104,8 +104,33 @@ def _spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
+# A folder of local copies of hub model repositories, <root>/<owner>/<name> as `huggingface-cli
+# download <owner>/<name> --local-dir <root>/<owner>/<name>` writes them: a cluster without the hub,
+# or the paper-tiny profile's tiny stand-ins (common.stand_ins). A profile's `model_root` sets it.
+MODEL_ROOT_ENV = "DECODING_REPRO_MODELS"
+
+
+def local_copy(hub_id: str) -> Path | None:
+    """The folder of hub repository ``hub_id`` under ``$DECODING_REPRO_MODELS``, or None when
+    that is unset or holds no copy of it."""
+    root = os.environ.get(MODEL_ROOT_ENV)
+    folder = Path(root) / hub_id if root else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def _hub(hub_id: str) -> str:
+    """A hub id, or its local copy (:func:`local_copy`) when there is one."""
+    folder = local_copy(hub_id)
+    if folder is None and os.environ.get(MODEL_ROOT_ENV) and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise UserError(f"model {hub_id} has no local copy in {MODEL_ROOT_ENV}={os.environ[MODEL_ROOT_ENV]} and the "
+                        f"hub is off; valid: huggingface-cli download {hub_id} --local-dir "
+                        f"{Path(os.environ[MODEL_ROOT_ENV]) / hub_id}")
+    return hub_id if folder is None else str(folder)
+
+
 def resolve(name: str) -> str:
-    """Registry name, local folder or hub id -> what ``from_pretrained`` should load."""
+    """Registry name, local folder or hub id -> what ``from_pretrained`` should load (a hub
+    model's local copy under ``$DECODING_REPRO_MODELS`` where there is one)."""
     if name in MODELS:
         spec = MODELS[name]
         if spec.package:
@@ -115,7 +140,7 @@ def resolve(name: str) -> str:
                 raise UserError(f"model {name!r} is not converted yet: run `snakemake -j1 prepare` "
                                 f"or `python -m common.models convert {name}`")
             return str(ckpt)
-        return spec.hub_id
+        return _hub(spec.hub_id)
     path = Path(name)
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -130,7 +155,7 @@ def resolve(name: str) -> str:
         raise UserError(f"model path {name!r} is not a model folder ({'a file' if path.exists() else 'missing'}); "
                         "valid: a folder written by save_pretrained, a registry name or a hub id")
     if "/" in name:
-        return name  # a hub id
+        return _hub(name)
     raise unknown("model", name, list(MODELS) + ["<hub org/name>", "<local folder>"])
 
 

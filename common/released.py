@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from .errors import UserError, cli_main
+from .models import local_copy
 from .records import write_json
 
 MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
@@ -58,6 +59,9 @@ def source_folder(src: str | os.PathLike, files: tuple[str, ...]) -> Path:
     path = Path(src)
     if path.is_dir():
         return path
+    copy = local_copy(str(src)) if str(src).count("/") == 1 else None
+    if copy is not None:  # a local copy of the hub repository ($DECODING_REPRO_MODELS)
+        return copy
     if path.exists() or str(src).startswith((".", "/", "~")) or str(src).count("/") != 1:
         raise UserError(f"released checkpoint {src} is not a folder; valid: a folder as its authors publish it, "
                         "or a hub repository id owner/name")

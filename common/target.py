@@ -30,7 +30,6 @@ relative position bias has no position ids to give tree nodes their depths.
 """
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 import torch
@@ -40,6 +39,7 @@ from .cache import accept_path, append_kv, crop_to, gather_kv, seq_length
 from .errors import UserError
 from .fast import new_cache
 from .forward import Injection, Verified, append_layer_kv, run_layers, verify_forward
+from .hardware import device_clock
 from .tree import TreeBuffers
 
 KINDS = ("causal", "seq2seq")
@@ -80,12 +80,8 @@ class Target:
         return out
 
     def _clock(self) -> float:
-        """``time.perf_counter()`` once the device has finished its queued work: CUDA kernels
-        run asynchronously, so without a synchronize a forward's time is its launch time."""
-        device = self.device
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
+        """The clock once the target's device has finished its queued work (:func:`device_clock`)."""
+        return device_clock(self.device)
 
     @property
     def device(self) -> torch.device:

@@ -39,7 +39,7 @@ from common.checks import ArgumentParser, check_device, check_out_path, check_po
 from common.data import load_jsonl
 from common.errors import UserError, check_range, cli_main
 from common.forward import logits_from_hidden, num_layers
-from common.hardware import describe
+from common.hardware import describe, device_clock
 from common.prompts import TRUNCATE, fit_prompt
 from common.records import JsonlWriter
 
@@ -76,7 +76,7 @@ def decode_with_probes(model, input_ids: torch.Tensor, layers, max_new_tokens: i
     """
     cache = DynamicCache(config=model.config)
     ids, tokens, argmax, probes = input_ids, [], [], []
-    t0 = time.perf_counter()
+    t0 = device_clock(input_ids.device)
     for _ in range(max_new_tokens):
         out = model(input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True,
                     logits_to_keep=1)
@@ -88,7 +88,7 @@ def decode_with_probes(model, input_ids: torch.Tensor, layers, max_new_tokens: i
         if tok in eos:
             break
         ids = torch.tensor([[tok]], device=input_ids.device)
-    return {"tokens": tokens, "argmax": argmax, "probes": torch.stack(probes), "decode_s": time.perf_counter() - t0}
+    return {"tokens": tokens, "argmax": argmax, "probes": torch.stack(probes), "decode_s": device_clock(input_ids.device) - t0}
 
 
 @torch.inference_mode()
@@ -236,7 +236,7 @@ def run(a) -> list[dict]:
             t0 = time.perf_counter()
             d = decode_with_probes(model, ids, layers, a.max_new_tokens, a.method, top_k=a.top_k,
                                    top_p=a.top_p, generator=gen, eos=eos)
-            t1 = time.perf_counter()
+            t1 = device_clock(ids.device)
             early = match_record(model, d["probes"], d["tokens"], layers, classifiers, heads)
             rec = {"question_id": s.question_id, **meta, "dataset": info.get("dataset"),
                    "paper_dataset": info.get("paper_dataset"), "stand_in": info.get("stand_in"),
@@ -244,7 +244,7 @@ def run(a) -> list[dict]:
                    "prompt_tokens": int(ids.shape[1]), "new_tokens": len(d["tokens"]),
                    "prompt_truncated_from": full if full > ids.shape[1] else None,
                    "tokens": d["tokens"], "final_argmax": d["argmax"], "early": early,
-                   "decode_s": d["decode_s"], "heads_s": time.perf_counter() - t1}
+                   "decode_s": d["decode_s"], "heads_s": device_clock(ids.device) - t1}
             w.write(rec)
             records.append(rec)
     return records

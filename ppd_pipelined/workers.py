@@ -47,6 +47,7 @@ from torch import nn
 from common.fast import accelerate  # importing it registers the fast path's attention
 from common.errors import exit_on_sigterm
 from common.forward import embed, logits_from_hidden
+from common.hardware import device_clock
 from common.target import CausalTarget
 
 STOP, STEP, SELECT = 0, 1, 2
@@ -84,7 +85,7 @@ class SubWorker:
         With ``h_exit`` (``[1, 1, H]``) the candidate is this worker's entry of the top-k, which
         is handed to ``report`` first. Returns the packed result (module docstring).
         """
-        t0 = time.perf_counter()
+        t0 = device_clock(self.model.device)
         if h_exit is not None:
             cands = early_topk(self.model, h_exit.to(self.model.dtype), self.head, self.k)
             report(cands)
@@ -100,7 +101,7 @@ class SubWorker:
         h = self.target.run_layers(embed(self.model, torch.tensor([[cand]], device=dev)), 0, self.split, pos)
         new_kv = self.target.gather_kv(self.split, start + n, start + n + 1)
         self.target.crop(start + n)  # the candidate is tentative: keep committed tokens only
-        busy = time.perf_counter() - t0
+        busy = device_clock(self.model.device) - t0
         return torch.cat([h.reshape(-1).float(), new_kv.reshape(-1), torch.tensor([busy], device=dev)])
 
 

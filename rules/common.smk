@@ -68,12 +68,17 @@ def rule_resources(key):
     return resources_of(key).snakemake()
 
 
+# A profile with tiny stand-ins of its hub models (paper-tiny) writes them all in one job (rule stand_ins).
+STAND_INS_DONE = f"{P.raw['model_root']}/stand_ins.json" if P.raw.get("stand_ins") else None
+
+
 def model_files(name=None):
-    """The converted checkpoint when model ``name`` (default: the profile's) is embedded; nothing for hub models."""
+    """What model ``name`` (default: the profile's) needs on disk before it loads: the converted
+    checkpoint of an embedded model; for a hub model nothing, or the profile's stand-ins."""
     spec = MODELS.get(name or P.model)
     if spec is not None and spec.package:
         return [str(checkpoint_dir(name or P.model) / "model.safetensors")]
-    return []
+    return [STAND_INS_DONE] if STAND_INS_DONE else []
 
 
 def results_root_of(wildcards, output):

@@ -13,3 +13,18 @@ rule prepare_model:
 
 rule prepare:
     input: model_files()
+
+
+if STAND_INS_DONE:
+    # Tiny random stand-ins of every hub model the profile names, written as local copies of their
+    # repositories (common.stand_ins), with the embedded model's tokenizer.
+    rule stand_ins:
+        input: model_files("smollm2-135m-instruct")
+        output: STAND_INS_DONE
+        conda: "../env.yml"
+        log: f"{LOGS}/stand_ins.log"
+        benchmark: f"{BENCH}/stand_ins.tsv"
+        threads: rule_threads("stand_ins")
+        resources: **rule_resources("stand_ins")
+        params: env=ENV, py=PY
+        shell: "{params.env} {params.py} -m common.stand_ins --profile {P.name} > {log} 2>&1"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import load_artifacts
+from common.config import load_artifacts, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -50,7 +50,7 @@ def error_lines(r):
     return [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
 
 
-@pytest.mark.parametrize("profile", ["smoke", "embedded", "paper"])
+@pytest.mark.parametrize("profile", ["smoke", "embedded", "paper", "paper-tiny"])
 def test_dag_plans_every_profile(profile):
     # -F: plan every job, whatever outputs an earlier local run left (CI starts from none)
     r = run([*SNAKEMAKE, "-n", "-F", "--nolock", "all", "--config", f"profile={profile}", "rerun=true"])
@@ -81,7 +81,7 @@ def test_render_without_raw_records_is_one_error_line():
 
 def test_dag_unknown_profile():
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=gpu"])
-    assert r.returncode == 2 and error_lines(r) == ["error: unknown profile 'gpu'; valid: embedded, paper, smoke"]
+    assert r.returncode == 2 and error_lines(r) == ["error: unknown profile 'gpu'; valid: embedded, paper, paper-tiny, smoke"]
 
 
 @pytest.mark.parametrize("extra,msg", [
@@ -128,7 +128,7 @@ def test_smoke_dag_end_to_end(embedded):
     # every decoder of the smoke groups and of the joined paper runs is lossless (bild at
     # rollback_threshold 0) but BiLD's lossy row: each equals vanilla on both prompts
     # every group the smoke profile configures, and every joined paper run, reaches the table
-    smoke_cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["profiles"]["smoke"]["cross"]
+    smoke_cfg = load_config()["profiles"]["smoke"]["cross"]  # resolved: smoke extends embedded
     assert set(table.group) == set(smoke_cfg["groups"]) | set(smoke_cfg.get("joins", {}))
     assert {"eagle", "lookahead", "rest"} <= set(table.group)
     lossy = table.decoder == "bild@noloss"

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CFG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", ["smoke", "embedded", "paper"])
+@pytest.mark.parametrize("name", ["smoke", "embedded", "paper", "paper-tiny"])
 def test_profiles_validate(name):
     p = load_profile(CFG, name)
     assert p.name == name and p.cross.max_new_tokens >= 1 and "vanilla" in p.cross.groups["baselines"]
@@ -25,7 +25,7 @@ def test_default_is_embedded_offline():
 
 
 def test_unknown_profile():
-    with pytest.raises(UserError, match="unknown profile 'gpu'; valid: embedded, paper, smoke"):
+    with pytest.raises(UserError, match="unknown profile 'gpu'; valid: embedded, paper, paper-tiny, smoke"):
         load_profile(CFG, "gpu")
 
 

@@ -107,3 +107,24 @@ def test_code_version_of_a_copy_without_git(tmp_path, monkeypatch):
     assert mod.code_version() == "0123456789ab"
     from common.hardware import code_version
     assert code_version() == "0123456789ab"
+
+
+def test_device_clock_synchronizes_only_a_cuda_device(monkeypatch):
+    """The clock every forward and decode time reads waits for a CUDA device's queued kernels
+    (no GPU needed: ``torch.cuda.synchronize`` is counted)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: calls.append(d))
+    hardware.device_clock("cpu")
+    assert calls == []
+    hardware.device_clock(torch.device("cuda", 0))
+    assert calls == [torch.device("cuda", 0)]
+
+
+def test_a_decode_wall_time_reads_the_device_clock_at_both_ends(monkeypatch, tiny):
+    import common.decoders.base as base
+    from common.decoders import get_decoder
+
+    seen = []
+    monkeypatch.setattr(base, "device_clock", lambda d: seen.append(torch.device(d)) or float(len(seen)))
+    out = get_decoder("vanilla", tiny).generate(torch.tensor([[1, 2, 3]]), 4)
+    assert seen == [torch.device("cpu")] * 2 and out.stats["wall_time"] == 1.0

@@ -109,6 +109,7 @@ def add_profile(repo: Path, model: Path) -> None:
     p.update(results_root="recipe_results", model=str(model))
     p["cross"] = {"dataset": "mt-bench", "n": 2, "max_new_tokens": 16, "max_prompt_tokens": 400,
                   "groups": {"tiny": ["vanilla", "tiny_greedy", "tiny_greedy@cap8"]}}
+    p["replace"] = [*p.get("replace", []), "cross"]  # its own cross section, none of the joined runs smoke inherits
     cfg["profiles"]["recipe"] = p
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 

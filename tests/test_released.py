@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from common.decoders import get_decoder
 from common.errors import UserError
 from common.released import convert_eagle, convert_medusa
+from common.stand_ins import write_medusa_release, write_prompt_tokens_release
 from prompt_decoding.released import convert_prompt_tokens
 from decoding_checks import assert_exact_and_accepting
 
@@ -47,17 +47,8 @@ def authors_medusa(model, heads: int, seed: int = 0) -> nn.ModuleList:
 
 
 def write_medusa(folder: Path, model, mods: nn.ModuleList, fmt: str = "pt", **cfg) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {"medusa_num_heads": len(mods), "medusa_num_layers": 1,
-              "base_model_name_or_path": model.config.name_or_path,  # the tiny model's: unnamed
-              "architectures": ["MedusaModel"], **cfg}
-    (folder / "config.json").write_text(json.dumps(config))
-    state = {k: v.half().contiguous() for k, v in mods.state_dict().items()}  # released heads are fp16
-    if fmt == "pt":
-        torch.save(state, folder / "medusa_lm_head.pt")
-    else:
-        save_file(state, str(folder / "medusa_lm_head.safetensors"))
-    return folder
+    # the tiny model's name_or_path is empty: a release that names no base
+    return write_medusa_release(folder, mods.state_dict(), model.config.name_or_path, fmt, **cfg)
 
 
 @pytest.mark.parametrize("fmt", ["pt", "safetensors"])
@@ -117,26 +108,13 @@ def test_medusa_released_bad_folders(chaotic_llama, tiny, tmp_path):
 def write_ppd(folder: Path, model, m: int, n: int, seed: int = 0, weights: bool = False, head: bool = False,
               fmt: str = "safetensors", **cfg) -> torch.Tensor:
     """A PEFT prompt-tuning adapter as the authors' PromptDecoder.save_pretrained writes it;
-    returns the ``[m*n, H]`` embeddings."""
-    folder.mkdir(parents=True, exist_ok=True)
+    returns the ``[m*n, H]`` embeddings (as fp16 holds them)."""
     H, V = model.config.hidden_size, model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
     emb = torch.randn(m * n, H, generator=g) * 3.0
-    config = {"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": m * n, "token_dim": H,
-              "num_special_tokens": m, "virtual_tokens_per_special_token": n, "vt_attention_type": "ensemble",
-              "aggregation_type": "weighted" if weights else "mean", "use_custom_lm_head": head,
-              "use_prefix_tuning": False, "num_exits": 1,
-              "base_model_name_or_path": model.config.name_or_path, **cfg}
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    if fmt == "safetensors":
-        save_file({"prompt_embeddings": emb.half()}, str(folder / "adapter_model.safetensors"))
-    else:
-        torch.save({"prompt_embeddings": emb.half()}, folder / "adapter_model.bin")
-    if weights:
-        torch.save({f"{j}.weight": torch.rand(1, n, generator=g) for j in range(m)}, folder / "weighting_layers.pt")
-    if head:
-        torch.save({"weight": model.lm_head.weight.detach() + 0.1 * torch.randn(V, H, generator=g)},
-                   folder / "custom_lm_head.pt")
+    w = {f"{j}.weight": torch.rand(1, n, generator=g) for j in range(m)} if weights else None
+    lm = model.lm_head.weight.detach() + 0.1 * torch.randn(V, H, generator=g) if head else None
+    write_prompt_tokens_release(folder, emb, m, n, model.config.name_or_path, fmt, weights=w, head=lm, **cfg)
     return emb.half().float()
 
 

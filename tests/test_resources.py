@@ -16,7 +16,7 @@ from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-PROFILES = ["smoke", "embedded", "paper"]
+PROFILES = ["smoke", "embedded", "paper", "paper-tiny"]
 
 
 def run(cmd):

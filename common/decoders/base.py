@@ -16,7 +16,6 @@ with the option sets :meth:`Decoder.test_configs` gives for a tiny random model)
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +24,7 @@ import torch
 
 from ..checkpoints import read_trained
 from ..errors import UserError
+from ..hardware import device_clock
 from ..target import make_target, model_kind
 from .registry import DECODERS, decoder_class
 
@@ -178,10 +178,10 @@ class Decoder:
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise UserError(f"input_ids must have shape [1, S]; got {list(input_ids.shape)}")
         input_ids = input_ids.to(self.device)
-        t0 = time.perf_counter()
+        t0 = device_clock(self.device)  # both ends wait for a GPU's queued work (hardware.device_clock)
         with torch.inference_mode():
             out = self._generate(input_ids, max_new_tokens)
-        out.stats["wall_time"] = time.perf_counter() - t0
+        out.stats["wall_time"] = device_clock(self.device) - t0
         out.stats["new_tokens"] = len(out.tokens)
         if out.stats.get("accept_lengths") is not None:
             assert sum(out.stats["accept_lengths"]) == len(out.tokens), "accept_lengths must sum to new_tokens"

@@ -27,7 +27,6 @@ Verification is the target's, so the output is exactly greedy's whatever the hea
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -36,6 +35,7 @@ from ..cache import crop_to
 from ..checkpoints import load_trained, save_trained
 from ..eagle import CHECKPOINT, DRAFT_VOCAB, EagleHead, head_meta, new_head, write_draft_vocab
 from ..errors import UserError
+from ..hardware import device_clock
 from ..forward import attention_mask_4d, causal_allow, embed
 from ..tree import build_tree, load_tree, save_tree
 from .base import Option
@@ -60,14 +60,14 @@ class EagleProposer(Proposer):
 
     # one draft forward over q nodes; ``past_allow``: [q, past] which cached slots each sees
     def _draft(self, feats, tokens, positions, past_allow=None, allow=None):
-        t0 = time.perf_counter()
+        t0 = device_clock(self.device)
         q = tokens.numel()
         past = self.cache.get_seq_length()
         mask = attention_mask_4d(causal_allow(q, self.device) if allow is None else allow, past,
                                  feats.dtype, past_allow)
         out = self.head(feats[None], embed(self.model, tokens[None]), positions[None], self.cache, mask)[0]
         self.draft_forwards += 1
-        self.draft_s += time.perf_counter() - t0
+        self.draft_s += device_clock(self.device) - t0
         return out  # [q, H]
 
     def _logp(self, feats: torch.Tensor) -> torch.Tensor:
