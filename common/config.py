@@ -315,7 +315,7 @@ def resolve_profiles(config: dict) -> dict:
 
     A profile that ``extends`` another is that profile's settings (resolved first, so bases
     chain) with its own merged on top: mappings key by key, any other value replacing the
-    base's; a mapping whose path (``prompt_decoding/variants``) is in the profile's ``replace``
+    base's; a mapping whose path (``cross/groups``) is in the profile's ``replace``
     list is the profile's own, not merged, so a smaller profile drops what it does not run. So a
     profile states only how it differs (paper-tiny: the paper profile on tiny stand-ins).
     UserError for an unknown base, a cycle, or a ``replace`` path the profile does not set.
