@@ -176,11 +176,12 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
         vocab = int(draft.config.vocab_size)
         check_range("keep", keep, 1, vocab - 1)
         counted = "text" if labels == "text" else "greedy"  # the labels the loss teaches
-        ids = kept_ids(tr, counted, keep, draft.config)
+        train_labels = label_tokens(tr, counted)
+        ids = kept_ids(train_labels, keep, draft.config)
         kept = torch.zeros(vocab, dtype=torch.bool)
         kept[ids] = True
         reduced = {"ids": ids, "labels": counted, "head": draft.lm_head, "tied": draft.config.tie_word_embeddings,
-                   "train_coverage": round(coverage(label_tokens(tr, counted), ids), 4),
+                   "train_coverage": round(coverage(train_labels, ids), 4),
                    "heldout_coverage": round(coverage(label_tokens(held, "greedy"), ids), 4)}
         reduce_vocab(draft, ids)  # its rows are the (frozen, tied) head's: only the scored set shrinks
     for name, p in draft.named_parameters():

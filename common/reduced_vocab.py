@@ -56,11 +56,11 @@ def label_tokens(data, labels: str) -> torch.Tensor:
     return HardLabels.parse(labels).at(data, data.answer_positions())
 
 
-def kept_ids(data, labels: str, keep: int, config) -> torch.Tensor:
-    """The ``keep`` most frequent ``labels`` of a teacher cache's answer positions, the model
+def kept_ids(ids: torch.Tensor, keep: int, config) -> torch.Tensor:
+    """The ``keep`` most frequent of the label ids ``ids`` (:func:`label_tokens`), the model
     ``config``'s EOS ids forced in (a small model must be able to end an answer); sorted ``[keep]``."""
     eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
-    return frequent_tokens(label_tokens(data, labels), keep, int(config.vocab_size), tuple(t for t in eos if t is not None))
+    return frequent_tokens(ids, keep, int(config.vocab_size), tuple(t for t in eos if t is not None))
 
 
 def coverage(ids: torch.Tensor, keep: torch.Tensor) -> float:
@@ -85,7 +85,7 @@ def _main(argv=None) -> None:
     check_range("--keep", a.keep, 1, vocab - 1)
     data = read_cache(a.teacher)
     train_ids, held_ids = label_tokens(data["train"], a.labels), label_tokens(data["heldout"], a.labels)
-    keep = kept_ids(data["train"], a.labels, a.keep, cfg)
+    keep = kept_ids(train_ids, a.keep, cfg)
     # the checkpoint is the trained draft's, unchanged; the sidecar names the kept rows
     tmp = a.out.with_name(a.out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
