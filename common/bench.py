@@ -235,7 +235,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                 with PeakMemory(args.device) as mem:
                     o = d.generate(ids, args.max_new_tokens)
                 st = o.stats
-                rec = {"question_id": s.question_id, "decoder": name, "tokens": o.tokens,
+                rec = {"question_id": s.question_id, "category": s.category, "decoder": name, "tokens": o.tokens,
                        "new_tokens": st["new_tokens"], "steps": st["steps"],
                        "accept_lengths": st["accept_lengths"], "wall_time": st["wall_time"],
                        "peak_mem_bytes": mem.peak, "prompt_tokens": int(ids.shape[1]), **meta,

@@ -30,6 +30,10 @@ from .errors import UserError, check_range, unknown
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 # Trained components a decoder option may name, and the statistics file each training writes.
 COMPONENTS = ("medusa", "draft", "eagle")
+# The A/A pair: ``vanilla`` run a second time under this label, interleaved per prompt in the
+# same benchmark (python -m common.bench --aa). Two runs of one decoder differ only by the
+# machine's noise, so their tokens/s ratio is the run's noise floor for every speedup.
+AA_LABEL = "vanilla@aa"
 
 
 def _decoder_names() -> frozenset[str] | None:
@@ -422,14 +426,46 @@ def cross_joined(profile: Profile) -> list[str]:
     return [f for j in cross_joins(profile).values() for f in (j["record"], j["stats"])]
 
 
+def study_section(profile: Profile) -> Mapping:
+    """The profile's cross-method study (config ``study``: ``bench`` and ``stats``)."""
+    if "study" not in profile.raw:
+        raise UserError(f"profile {profile.name!r} has no study section in config/config.yaml")
+    return profile.raw["study"]
+
+
+def study_labels(profile: Profile) -> list[str]:
+    """Every label a study run records: its decoders, then the A/A pair (``study_bench`` runs ``--aa``)."""
+    return [*study_section(profile)["bench"]["decoders"], AA_LABEL]
+
+
+def study_stats(profile: Profile) -> list[str]:
+    """The training records (paths under the results root) of the trained components the
+    study's decoders name (a ``"{name}"`` option value), in the order the decoders name them;
+    a component without an entry in ``study.stats`` is one error, so no cost goes missing."""
+    study = study_section(profile)
+    named = []
+    for label, opts in labels_config(profile, study["bench"]["decoders"]).items():
+        for v in opts.values():
+            if isinstance(v, str) and re.fullmatch(r"\{\w+\}", v) and v[1:-1] not in named:
+                named.append(v[1:-1])
+    missing = [n for n in named if n not in study["stats"]]
+    if missing:
+        raise UserError(f"config profiles/{profile.name}/study/stats: no training record for {', '.join(missing)} "
+                        f"(named by the study's decoders); valid: a path under the results root for each of "
+                        f"{', '.join(named)}")
+    return [study["stats"][n] for n in named]
+
+
+# artifact-pattern names computed from the config rather than read at a dotted path
+_COMPUTED = {"cross_components": cross_components, "cross_joined": cross_joined, "study_labels": study_labels,
+             "study_stats": study_stats}
+
+
 def _values(profile: Profile, path: str) -> list[str]:
-    """What ``{path}`` in an artifact input expands to: the items of a list or the keys of a
-    mapping at that dotted path of the profile's config (``cross_components``,
-    ``cross_joined``: see above)."""
-    if path == "cross_components":
-        return cross_components(profile)
-    if path == "cross_joined":
-        return cross_joined(profile)
+    """What ``{path}`` in an artifact pattern expands to: the items of a list or the keys of a
+    mapping at that dotted path of the profile's config, or a name of :data:`_COMPUTED`."""
+    if path in _COMPUTED:
+        return _COMPUTED[path](profile)
     optional = path.startswith("?")  # "{?a.b}": "" when the profile sets a.b, else the input is left out
     node = profile.raw
     for part in path.removeprefix("?").split("."):
@@ -452,19 +488,24 @@ def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -
     artifacts = artifacts if artifacts is not None else load_artifacts()
     if aid not in artifacts:
         raise unknown("artifact", aid, artifacts)
+    return [f"{profile.results_root}/{p}" for pattern in artifacts[aid]["inputs"] for p in _expand(profile, pattern)]
+
+
+def _expand(profile: Profile, pattern: str) -> list[str]:
+    """Every path of an artifact pattern, each ``{name}`` in it replaced by its :func:`_values`."""
+    keys = re.findall(r"\{(\??[\w.]+)\}", pattern)
     out = []
-    for pattern in artifacts[aid]["inputs"]:
-        keys = re.findall(r"\{(\??[\w.]+)\}", pattern)
-        for combo in itertools.product(*(_values(profile, k) for k in keys)):
-            path = pattern
-            for k, v in zip(keys, combo):
-                path = path.replace("{" + k + "}", v, 1)
-            out.append(f"{profile.results_root}/{path}")
+    for combo in itertools.product(*(_values(profile, k) for k in keys)):
+        path = pattern
+        for k, v in zip(keys, combo):
+            path = path.replace("{" + k + "}", v, 1)
+        out.append(path)
     return out
 
 
 def artifact_outputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
-    """Files artifact ``aid`` writes: the executed notebook first, then tables and figure."""
+    """Files artifact ``aid`` writes: the executed notebook first, then tables, figure and the
+    files its ``exports`` patterns name (under the package's folder, e.g. the Spec-Bench export)."""
     spec = (artifacts if artifacts is not None else load_artifacts())[aid]
     base = f"{profile.results_root}/{spec['package']}"
     out = [f"{base}/notebooks/{aid}.ipynb"]
@@ -472,7 +513,7 @@ def artifact_outputs(profile: Profile, aid: str, artifacts: dict | None = None) 
         out += [f"{base}/tables/{aid}.md", f"{base}/tables/{aid}.csv"]
     if "figure" in spec["outputs"]:
         out += [f"{base}/figures/{aid}.png"]
-    return out
+    return out + [f"{base}/{p}" for pattern in spec.get("exports", []) for p in _expand(profile, pattern)]
 
 
 # ------------------------------------------------ the notebook side of the artifact contract

@@ -94,6 +94,13 @@ def pack_linears(module: nn.Module) -> int:
     return count
 
 
+def pack_like(module: nn.Module, model) -> int:
+    """Pack ``module``'s linears when ``model`` runs on the packed fast path (a trained head or
+    draft layer beside the target runs on the same kernels as the target); returns the count."""
+    fast = getattr(model, "_fast_path", None)
+    return pack_linears(module) if fast and fast.get("packed") else 0
+
+
 # -- grouped-query attention under a mask ----------------------------------------------------
 def gqa_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                        is_causal=None, **kwargs):

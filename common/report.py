@@ -13,13 +13,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from .config import AA_LABEL  # noqa: F401  (the A/A pair's label; re-exported for the notebooks)
+
 # How a missing cell prints in a markdown table (never "nan").
 MISSING = "—"
 
-# The A/A pair: ``vanilla`` run a second time under this label, interleaved per prompt in the
-# same benchmark (python -m common.bench --aa). Two runs of one decoder differ only by the
-# machine's noise, so their tokens/s ratio is the group's noise floor for every speedup.
-AA_LABEL = "vanilla@aa"
 NO_AA = "no A/A pair in this run"
 BOOTSTRAP = 1000  # resamples of the prompts; seeded, so a re-render gives the same interval
 

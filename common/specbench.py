@@ -26,7 +26,9 @@ from pathlib import Path
 from .errors import UserError
 from .records import read_jsonl, write_jsonl
 
-# our datasets -> Spec-Bench's task names (a dataset not listed keeps each sample's category)
+# our datasets -> Spec-Bench's task names (a dataset not listed keeps each sample's category).
+# Spec-Bench's own sources: WMT14 DE-EN, CNN/DM, Natural Questions (qa; rag with DPR passages),
+# GSM8K; the offline ShareGPT stand-ins and the paper profile's datasets map onto those names.
 CATEGORY = {
     "sharegpt-translate": "translation",
     "sharegpt-summarize": "summarization",
@@ -34,6 +36,12 @@ CATEGORY = {
     "sharegpt-qa": "qa",
     "sharegpt-rag": "rag",
     "humaneval": "code",
+    "wmt14-de-en": "translation",
+    "iwslt2017-de-en": "translation",
+    "cnn_dm": "summarization",
+    "xsum": "summarization",
+    "gsm8k": "math_reasoning",
+    "squad": "qa",
 }
 REQUIRED = ("question_id", "decoder", "tokens", "new_tokens", "wall_time", "accept_lengths")
 
@@ -45,6 +53,18 @@ def categories(dataset: str) -> dict[str, str]:
     if dataset in CATEGORY:
         return {s.question_id: CATEGORY[dataset] for s in load_dataset_samples(dataset)}
     return {s.question_id: s.category for s in load_dataset_samples(dataset)}
+
+
+def category_of(rec: dict) -> str:
+    """A benchmark record's category in Spec-Bench's names: its dataset's task where
+    :data:`CATEGORY` maps the dataset, else the sample's own (``category``, recorded by
+    ``common.bench``; MT-Bench's eight)."""
+    if rec.get("dataset") in CATEGORY:
+        return CATEGORY[rec["dataset"]]
+    if "category" not in rec:
+        raise UserError(f"record of question {rec.get('question_id')!r} ({rec.get('dataset')}) has no category; "
+                        "valid: records of common.bench, which writes each sample's category")
+    return str(rec["category"])
 
 
 def to_specbench(rec: dict, category: str, text: str) -> dict:
@@ -68,17 +88,22 @@ def file_name(rec: dict) -> str:
             f"-temp-{float(rec.get('temperature', 0.0))}.jsonl")
 
 
-def export(records: list[dict], out_dir: Path, decode, category_of) -> dict[str, int]:
-    """Write Spec-Bench files for ``records``; ``decode(tokens) -> text``,
-    ``category_of(record) -> category``. Returns ``{file name: lines}``."""
+def export(records: list[dict], out_dir: Path, decode=None, category_of=category_of, name=None) -> dict[str, int]:
+    """Write Spec-Bench files for ``records``; ``decode(tokens) -> text`` (default: the record's
+    own decoded ``text``), ``category_of(record) -> category``, ``name(record) -> file name``
+    (default :func:`file_name`: one file per model and decoder). Returns ``{file name: lines}``."""
+    decode_of = (lambda r: r["text"]) if decode is None else (lambda r: decode(r["tokens"]))
+    name = name or file_name
     groups: dict[str, list[dict]] = {}
     for rec in records:
         missing = [k for k in REQUIRED if k not in rec]
         if missing:
             raise UserError(f"record of question {rec.get('question_id')!r} lacks {', '.join(missing)}; "
                             f"valid: benchmark records (common.bench) with {', '.join(REQUIRED)}")
-        groups.setdefault(file_name(rec), []).append(
-            to_specbench(rec, category_of(rec), decode(rec["tokens"])))
+        if decode is None and "text" not in rec:
+            raise UserError(f"record of question {rec.get('question_id')!r} has no decoded text; valid: records of "
+                            "common.bench, or pass a tokenizer to decode the tokens")
+        groups.setdefault(name(rec), []).append(to_specbench(rec, category_of(rec), decode_of(rec)))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, lines in groups.items():
@@ -112,7 +137,9 @@ def _main(argv=None) -> None:
     toks = {name: _tokenizer(name) for name in {r["_tok"] for r in records}}
     cats: dict[str, dict] = {}
 
-    def category_of(rec):
+    def category_of_old(rec):  # records written before common.bench recorded the category
+        if "category" in rec or rec.get("dataset") in CATEGORY:
+            return category_of(rec)
         ds = rec.get("dataset", "")
         if ds not in cats:
             cats[ds] = categories(ds)
@@ -122,7 +149,7 @@ def _main(argv=None) -> None:
     written = {}
     for name, tok in toks.items():
         written.update(export([r for r in records if r["_tok"] == name], a.out,
-                              lambda t, tok=tok: tok.decode(t, skip_special_tokens=True), category_of))
+                              lambda t, tok=tok: tok.decode(t, skip_special_tokens=True), category_of_old))
     print(json.dumps(written))
 
 

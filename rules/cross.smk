@@ -54,3 +54,26 @@ rule rest_datastore:
     shell:
         "{params.env} {params.py} -m common.datastore --model {params.m} --out {params.out} {params.n}"
         " --stats {output.stats} > {log} 2>&1"
+
+
+# The cross-method study (config study, docs/study.md): every decoder it names on one dataset,
+# interleaved per prompt with vanilla and its A/A pair (--aa: vanilla@aa, last in each prompt),
+# resumable by prompt: one job per dataset, so a category reruns alone.
+rule study_bench:
+    input: section_bench_inputs("study", "studyset")
+    output: f"{ROOT}/cross/raw/study_{{studyset}}.jsonl"
+    conda: "../env.yml"
+    log: f"{LOGS}/study_bench_{{studyset}}.log"
+    benchmark: f"{BENCH}/study_bench_{{studyset}}.tsv"
+    # exclusive in every profile's resources: timing rules never share the machine with another job.
+    threads: rule_threads("study_bench")
+    resources: **rule_resources("study_bench")
+    params:
+        env=ENV, py=PY, p=P, b=P.raw.get("study", {}).get("bench", {}), n=section_bench_prompts("study", "studyset"),
+        decoders=section_bench_decoders("study", "studyset"), dcfg=section_bench_config("study", "studyset"),
+    shell:
+        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        " --dataset {wildcards.studyset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
+        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
+        " --threads {params.p.threads} --profile {params.p.name} --aa --decoder-config '{params.dcfg}'"
+        " --resume --out {output} > {log} 2>&1"

@@ -130,3 +130,17 @@ def test_stock_copy_is_unmodified(pair):
     ids = torch.tensor([[1, 5, 9, 33, 7]])
     with torch.inference_mode():
         assert torch.allclose(ref(ids).logits, stock(ids).logits, atol=1e-6)
+
+
+def test_a_head_beside_a_packed_target_is_packed_too(pair):
+    """pack_like: a trained head (EAGLE's layer, a reduced readout) runs on the target's kernels
+    when the target is on the packed path, and is left alone beside a stock target."""
+    from common.fast import pack_like
+    stock, fast = pair
+    head = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    assert pack_like(copy.deepcopy(head), stock) == 0
+    packed = copy.deepcopy(head)
+    assert pack_like(packed, fast) == 2 and isinstance(packed[0], PackedLinear)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x), head(x))

@@ -64,3 +64,24 @@ def test_cli_on_committed_records(tmp_path):
     assert line["category"] in {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
                                 "humanities"}
     assert isinstance(line["choices"][0]["turns"][0], str) and line["choices"][0]["turns"][0]
+
+
+def test_category_of_records():
+    """A record's Spec-Bench category: its dataset's task where the dataset stands for one, else the
+    sample's own (common.bench records it); a record with neither is one error."""
+    assert specbench.category_of({"dataset": "mt-bench", "category": "stem"}) == "stem"
+    assert specbench.category_of({"dataset": "sharegpt-rag", "category": "sharegpt-rag"}) == "rag"
+    assert specbench.category_of({"dataset": "gsm8k"}) == "math_reasoning"
+    with pytest.raises(UserError, match="has no category"):
+        specbench.category_of({"dataset": "mt-bench", "question_id": "81"})
+
+
+def test_export_reads_the_records_text_and_names_files(tmp_path):
+    recs = [rec("vanilla", "81", 2, 1.0, [1, 1], text="hello there", category="writing"),
+            rec("vanilla@aa", "81", 2, 1.1, [1, 1], text="hello there", category="writing")]
+    out = specbench.export(recs, tmp_path, name=lambda r: f"{r['decoder']}.jsonl")
+    assert out == {"vanilla.jsonl": 1, "vanilla@aa.jsonl": 1}
+    line = json.loads((tmp_path / "vanilla@aa.jsonl").read_text())
+    assert line["choices"][0]["turns"] == ["hello there"] and line["category"] == "writing"
+    with pytest.raises(UserError, match="no decoded text"):
+        specbench.export([rec("vanilla", "81", 2, 1.0, [1, 1], category="writing")], tmp_path / "x")

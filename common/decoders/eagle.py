@@ -36,6 +36,7 @@ from ..checkpoints import load_trained, save_trained
 from ..eagle import CHECKPOINT, DRAFT_VOCAB, EagleHead, head_meta, new_head, write_draft_vocab
 from ..errors import UserError
 from ..hardware import device_clock
+from ..fast import pack_like
 from ..forward import attention_mask_4d, causal_allow, embed
 from ..tree import build_tree, load_tree, save_tree
 from .base import Option
@@ -212,6 +213,7 @@ class Eagle(TreeDecoder):
         self.head = new_head(model)
         load_trained(self.head, state)
         self.head.requires_grad_(False)
+        pack_like(self.head, model)  # its fc and decoder layer on the target's kernels
         self.tree = None
         if self.cfg["mode"] == "static":
             t = self.cfg["tree"]
@@ -247,7 +249,5 @@ def reduced_readout(model, folder: Path, k: int):
         raise UserError(f"vocab={k} exceeds the {len(order)} tokens of {path}; valid: 1..{len(order)}")
     keep = torch.tensor(sorted(order[:k]), dtype=torch.long, device=model.device)
     head = ReducedHead(model.lm_head, keep)
-    if getattr(model, "_fast_path", None) and model.device.type == "cpu":
-        from ..fast import pack_linears
-        pack_linears(head)
+    pack_like(head, model)
     return head.eval()

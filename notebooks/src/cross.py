@@ -167,20 +167,21 @@ import matplotlib.pyplot as plt
 
 table = cross_rows()
 table = table[table.decoder != "vanilla"]
-fig, ax = plt.subplots(figsize=(7, 4.5))
-ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-for g, t in table.groupby("group", sort=False):
-    mem = t.extra_mem_mib  # measured, not derived from the parameter count
-    ax.scatter(mem, t.speedup, label=g, s=40)
-# Labels alternate above and below their points in order of speedup, so that decoders
-# with nearly equal speedups do not print over each other.
-others = table[table.decoder != "vanilla"].sort_values("speedup")
-for i, (x, y, d) in enumerate(zip(others.extra_mem_mib, others.speedup, others.decoder)):
-    ax.annotate(d, (x, y), textcoords="offset points", xytext=(4, 3 if i % 2 else -10), fontsize=7)
-ax.set_xlabel("extra peak memory vs vanilla (MiB, same run)")
-ax.set_ylabel("speedup vs vanilla (tokens/s ratio, same run)")
-ax.set_title(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
-ax.legend(fontsize=7)
+# One row per decoder, sorted by speedup, its name on the axis (never printed over another's):
+# speedup with its 95% bootstrap interval on the left, extra peak memory on the right.
+rows = table.sort_values("speedup").reset_index(drop=True)
+colors = {g: plt.cm.tab10(i % 10) for i, g in enumerate(dict.fromkeys(table.group))}
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 0.26 * len(rows) + 1.6), sharey=True,
+                             gridspec_kw={"width_ratios": [3, 2]})
+y = range(len(rows))
+err = [(rows.speedup - rows.speedup_lo).clip(lower=0), (rows.speedup_hi - rows.speedup).clip(lower=0)]
+a1.barh(y, rows.speedup, color=[colors[g] for g in rows.group], xerr=err, error_kw={"lw": 0.8})
+a1.axvline(1.0, color="grey", lw=0.8, ls="--")
+a1.set_yticks(list(y), [f"{d} ({g})" for d, g in zip(rows.decoder, rows.group)], fontsize=7)
+a1.set_xlabel("speedup vs its group's vanilla (same run; 95% interval)")
+a2.barh(y, rows.extra_mem_mib, color=[colors[g] for g in rows.group])  # measured, not derived from parameters
+a2.set_xlabel("extra peak memory vs vanilla (MiB, same run)")
+fig.suptitle(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
 show(fig)
 out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
@@ -188,9 +189,11 @@ faster = out[out.speedup > 1.0]
 verdict = (f"this project's comparison (no paper has it): {len(faster)}/{len(out)} decoders faster than vanilla; "
            f"extra memory {out.extra_mem_mib.min():.1f}-{out.extra_mem_mib.max():.1f} MiB")
 write_table(out, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+machines = table.ran_on.nunique()
 close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: "
-           "it is this project's own, every method on one model, prompt set and machine.")
+           "No paper reports this comparison: it is this project's own, every method on one model and prompt set"
+           + (", on one machine." if machines == 1 else
+              f"; the groups ran on {machines} machines, so each speedup is a ratio to its own group's vanilla."))
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%

@@ -1,0 +1,293 @@
+# Notebook source (tools/make_notebook.py): the generated notebook starts with papermill's parameters
+# artifact_id, results_root, package, profile and inputs (the raw records the rule declares).
+
+# %% md
+# # The cross-method study
+# Every method this repository has, at one setting each (config `study`, chosen from its own section's
+# records), on every task category, following Spec-Bench's protocol: the same model, prompts and machine
+# for every method, decoders interleaved per prompt, speedup and mean accepted length per category, an
+# equality check against greedy. Each dataset is one run (`<results_root>/cross/raw/study_<dataset>.jsonl`,
+# rule `study_bench`) with its own `vanilla` and the A/A pair `vanilla@aa` (vanilla again, last in each
+# prompt): the A/A spread is the run's noise floor, so a speedup within it of another is a tie.
+# Categories are Spec-Bench's names (`common.specbench.category_of`): MT-Bench's eight from the records,
+# a dataset's task where the dataset stands for one (the mined ShareGPT stand-ins offline: they are
+# stand-ins, not Spec-Bench's own sources), `code` for HumanEval (beyond Spec-Bench).
+# No paper reports this comparison: it is this project's own, so no paper numbers stand beside it.
+
+# %%
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from common.config import AA_LABEL, Staged, artifact_inputs, check_inputs, labels_config, load_profile, study_section
+from common.records import read_jsonl
+from common.render import close_with, show
+from common.report import aa_spread, cost_of, curve_fits, limits, noise_line, provenance, summarize, write_table
+from common.specbench import category_of, export
+
+base = Path(results_root) / package
+P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
+if inputs is None:  # run by hand: the same list the rule declares, for this results root
+    inputs = artifact_inputs(P, artifact_id)
+inputs = check_inputs(inputs)
+study = study_section(P)
+runs = {}  # dataset -> its run's records, question ids made unique across datasets
+for p in sorted(Path(p) for p in inputs if Path(p).name.startswith("study_")):
+    recs = read_jsonl(p)
+    for r in recs:
+        r["category"] = category_of(r)
+        r["question_id"] = f"{r['dataset']}/{r['question_id']}"
+    runs[p.stem.removeprefix("study_")] = recs
+records = [r for recs in runs.values() for r in recs]
+decoders = [d for d in dict.fromkeys(r["decoder"] for r in records) if d != "vanilla"]
+categories = list(dict.fromkeys(r["category"] for r in records))
+meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(f"cross/raw/study_{d}.jsonl" for d in runs)}
+meta["noise"] = noise_line(runs)
+staged = Staged({"tables": base / "tables", "figures": base / "figures", "specbench": base / "specbench"})
+meta
+
+# %% md
+# Every speedup is a ratio of totals within one run: a decoder's new tokens over its summed wall time,
+# over vanilla's on the same prompts (`common.report.summarize`); a category's speedup uses only its
+# prompts, `overall` every prompt of every run (Spec-Bench's overall). The 95% intervals resample prompts.
+# `identical` counts outputs equal to vanilla's (greedy, fp32): every method is lossless but `bild`
+# away from rollback threshold 0, marked `lossy`.
+
+
+# %%
+def per_category() -> pd.DataFrame:
+    """Long table: one row per (category, decoder) with speedup, interval, tau and identity; the
+    category's A/A spread beside it; then the overall rows."""
+    rows = []
+    for cat in [*categories, "overall"]:
+        recs = records if cat == "overall" else [r for r in records if r["category"] == cat]
+        t = summarize(recs)
+        t.insert(0, "category", cat)
+        t["aa_spread"] = aa_spread(recs)
+        rows.append(t[t.decoder != "vanilla"])
+    out = pd.concat(rows, ignore_index=True)
+    out["lossless"] = [s.split("/")[0] == s.split("/")[1] for s in out.identical_to_vanilla]
+    return out
+
+
+long = per_category()
+ov = long[long.category == "overall"].set_index("decoder")  # the overall rows, by decoder
+
+
+def fastest_lines(long: pd.DataFrame) -> list[str]:
+    """Per category: the fastest lossless method, its speedup and its margin over the next one,
+    against the category's A/A spread (a margin within it is a tie)."""
+    lines = []
+    for cat, t in long[(long.decoder != AA_LABEL) & long.lossless].groupby("category", sort=False):
+        t = t.sort_values("speedup", ascending=False)
+        first = t.iloc[0]
+        spread = first.aa_spread
+        if len(t) > 1:
+            second = t.iloc[1]
+            margin = first.speedup - second.speedup
+            tie = spread is not None and not pd.isna(spread) and margin <= spread * first.speedup
+            lines.append(f"{cat}: fastest lossless {first.decoder} {first.speedup:.2f}x, ahead of {second.decoder} "
+                         f"by {margin:.2f}" + (" (within the A/A spread: a tie)" if tie else "")
+                         + ("" if pd.isna(spread) else f", A/A spread {100 * spread:.1f}%"))
+        else:
+            lines.append(f"{cat}: only lossless method {first.decoder} {first.speedup:.2f}x")
+    return lines
+
+
+# %% [study.table]
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.colors import TwoSlopeNorm
+
+wide = long.pivot(index="decoder", columns="category", values="speedup").reindex(index=decoders)
+wide = wide[[*categories, "overall"]]
+overall = ov.reindex(decoders)
+table = wide.reset_index()
+table["overall_lo"] = overall.speedup_lo.to_numpy()
+table["overall_hi"] = overall.speedup_hi.to_numpy()
+table["tau"] = overall.mean_accepted_length.to_numpy()
+table["identical"] = overall.identical_to_vanilla.to_numpy()
+table["lossless"] = ["yes" if x else "lossy" for x in overall.lossless]
+verdict = "; ".join(fastest_lines(long))
+write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+
+fig, ax = plt.subplots(figsize=(1.1 * wide.shape[1] + 3, 0.42 * wide.shape[0] + 1.5))
+values = wide.to_numpy(dtype=float)
+norm = TwoSlopeNorm(vcenter=1.0, vmin=min(0.5, float(pd.DataFrame(values).min().min())),
+                    vmax=max(1.5, float(pd.DataFrame(values).max().max())))
+im = ax.imshow(values, cmap="RdBu", norm=norm, aspect="auto")
+for i in range(values.shape[0]):
+    for j in range(values.shape[1]):
+        if values[i, j] == values[i, j]:
+            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7)
+ax.set_xticks(range(wide.shape[1]), wide.columns, rotation=35, ha="right", fontsize=8)
+ax.set_yticks(range(wide.shape[0]), [d + ("" if ok else " (lossy)") for d, ok in zip(decoders, overall.lossless)],
+              fontsize=8)
+ax.set_title(f"speedup over vanilla (same run), {meta.get('model')}, {meta.get('profile')}\n{meta.get('device')}",
+             fontsize=8)
+fig.colorbar(im, ax=ax, shrink=0.8, label="speedup")
+fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+show(fig)
+
+# The Spec-Bench export: one answer file per label, Spec-Bench's fields and category names, so its
+# evaluation/speed.py (--file-path <label>.jsonl --base-path vanilla.jsonl) and equal.py read them.
+written = export(records, staged.dir("specbench"), name=lambda r: f"{r['decoder']}.jsonl")
+print("Spec-Bench export:", json.dumps(written))
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this comparison: it is this project's own, every method on one model, prompt set and "
+           "machine. Spec-Bench's leaderboard (its models and GPUs) ranks the same methods; our records, exported "
+           "in its format beside this table, can be scored by its own scripts.")
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %% [study.detail]
+detail = long[["category", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "speedup_lo", "speedup_hi",
+               "mean_accepted_length", "aa_spread", "identical_to_vanilla", "lossless"]]
+lossy = sorted({d for d, ok in zip(long.decoder, long.lossless) if not ok})
+verdict = (f"{len(decoders) - 1} methods x {len(categories)} categories; not identical to greedy on every prompt: "
+           f"{', '.join(lossy) or 'none'}; " + "; ".join(fastest_lines(long)))
+write_table(detail, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this comparison: it is this project's own (Spec-Bench's table shape, with intervals).")
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %% md
+# Verified positions per step: a tree or chain decoder verifies q positions in one target forward (its
+# proposals + the root + positions it injects, in full-forward equivalents, as `common.report.limits`
+# counts them). On this machine a forward of q positions costs T(q)/T(1) single-token steps (`cost.fig`),
+# so a decoder gains only where its mean accepted length tau exceeds that cost: the grey curve is
+# break-even. Decoders that record no per-step proposals (transformers' own loops, pipelined workers,
+# BiLD) are not in this figure.
+
+# %% [study.positions]
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+curve = read_jsonl(next(p for p in inputs if Path(p).name == "cost_curve.jsonl"))
+
+
+def positions(recs) -> float | None:
+    """Mean verified positions per step (prefill excluded) over a decoder's records; None without proposals."""
+    qs = []
+    for r in recs:
+        p = (r.get("extra") or {}).get("proposed")
+        if p is None:
+            return None
+        inj = (r.get("extra") or {}).get("injected") or [0.0] * len(p)
+        qs += [n + 1 + x for n, x in zip(p[1:], inj[1:])]
+    return sum(qs) / len(qs) if qs else None
+
+
+fits = len({r["device"] for r in records}) == 1 and curve_fits(curve, records[0]["device"])
+lim = limits(records, curve).set_index("decoder") if fits else None
+rows = []
+for d in decoders:
+    if d == AA_LABEL:
+        continue
+    q = positions([r for r in records if r["decoder"] == d])
+    if q is None:
+        continue
+    rows.append({"decoder": d, "positions_per_step": q, "tau": ov.loc[d, "mean_accepted_length"],
+                 "speedup": ov.loc[d, "speedup"],
+                 "step_cost": None if lim is None else lim.loc[d, "step_cost"],
+                 "limit": None if lim is None else lim.loc[d, "limit"],
+                 "pct_of_limit": None if lim is None else lim.loc[d, "pct_of_limit"]})
+pos = pd.DataFrame(rows, columns=["decoder", "positions_per_step", "tau", "speedup", "step_cost", "limit",
+                                  "pct_of_limit"])
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+for _, r in pos.iterrows():
+    for ax, y in ((a1, r.tau), (a2, r.speedup)):
+        ax.scatter(r.positions_per_step, y, s=40, label=r.decoder)
+if fits and len(pos):
+    path = records[0].get("forward_path", "fast")
+    ratio = cost_of(curve, path)
+    measured = max(int(r["q"]) for r in curve if r.get("forward_path", "stock") == path)
+    qmax = max(2.0, float(pos.positions_per_step.max()) * 1.1)
+    xs = [1 + i * (qmax - 1) / 100 for i in range(101)]
+    inside = [x for x in xs if x <= measured]
+    a1.plot(inside, [ratio(x) for x in inside], color="grey", lw=1, label="break-even: T(q)/T(1)")
+    beyond = [measured] + [x for x in xs if x > measured]
+    if len(beyond) > 1:  # past the curve's last measured q: extrapolated along its last segment
+        a1.plot(beyond, [ratio(x) for x in beyond], color="grey", lw=1, ls=":", label="extrapolated")
+a2.axhline(1.0, color="grey", lw=0.8, ls="--")
+a1.set_xlabel("verified positions per step (mean)")
+a1.set_ylabel("mean accepted length tau")
+a2.set_xlabel("verified positions per step (mean)")
+a2.set_ylabel("speedup over vanilla (same run)")
+a2.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, all categories\n{meta.get('device')}", fontsize=8)
+fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+show(fig)
+above = [r.decoder for r in pos.itertuples() if r.step_cost is not None and not pd.isna(r.step_cost) and r.tau > r.step_cost]
+verdict = (f"{len(pos)} decoders record their proposals; "
+           + (f"tau above the step cost (can beat vanilla here): {', '.join(above) or 'none'}" if fits else
+              "the cost curve was measured on other hardware than the study: no break-even curve"))
+write_table(pos, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this comparison: it is this project's own, every tree and chain decoder against this "
+           "machine's cost curve.")
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %% md
+# What each method costs besides decoding: the extra parameters of its trained component and the
+# wall time that trained it (REST: its datastore's build time; its size is in the memory), from the
+# training records `study.stats` names, and the extra peak memory it decoded with (its peak minus
+# vanilla's, over every run; on CPU the resident set, so about ±10 MiB is noise). `trained_on` names the
+# machine that trained it: training times compare only between rows trained on the same. The corpus the
+# components learned from is generated once for all and not counted.
+
+# %% [study.cost]
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+stats_paths = {s: Path(results_root) / p for s, p in study["stats"].items()}
+stats = {s: json.loads(p.read_text()) for s, p in stats_paths.items() if str(p) in inputs}
+options = labels_config(P, study["bench"]["decoders"])
+vanilla_peak = max(r["peak_mem_bytes"] for r in records if r["decoder"] == "vanilla")
+rows = []
+for d in decoders:
+    if d == AA_LABEL:
+        continue
+    named = [v[1:-1] for v in options.get(d, {}).values() if isinstance(v, str) and v[1:-1] in stats]
+    s = stats[named[0]] if named else {}
+    rows.append({"decoder": d, "component": named[0] if named else None,
+                 "extra_params_m": s["params"] / 1e6 if "params" in s else (0.0 if not named else None),
+                 "train_s": s.get("train_wall_s", s.get("build_s")),
+                 "trained_on": s.get("hardware"),
+                 "extra_mem_mib": (max(r["peak_mem_bytes"] for r in records if r["decoder"] == d) - vanilla_peak) / 2**20,
+                 "speedup": ov.loc[d, "speedup"], "lossless": bool(ov.loc[d, "lossless"])})
+cost = pd.DataFrame(rows)
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+for _, r in cost.iterrows():
+    a1.scatter(r.train_s if r.train_s is not None and not pd.isna(r.train_s) else 0.0, r.speedup, s=40, label=r.decoder)
+    a2.scatter(r.extra_mem_mib, r.speedup, s=40, label=r.decoder)
+for ax in (a1, a2):
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+a1.set_xscale("symlog", linthresh=10)
+a1.set_xlabel("training wall time (s; 0: nothing trained)")
+a1.set_ylabel("speedup over vanilla, all categories")
+a2.set_xlabel("extra peak memory vs vanilla (MiB)")
+a2.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")  # one entry per point: no label overprints
+fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
+fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
+show(fig)
+free = cost[cost.component.isna()].sort_values("speedup", ascending=False)
+trained = cost[cost.component.notna()].sort_values("speedup", ascending=False)
+verdict = (f"fastest with nothing trained: {free.decoder.iloc[0]} {free.speedup.iloc[0]:.2f}x" if len(free) else
+           "every method trains a component") + (
+    f"; fastest trained: {trained.decoder.iloc[0]} {trained.speedup.iloc[0]:.2f}x" if len(trained) else "")
+write_table(cost, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
+close_with(artifact_id, {**meta, "verdict": verdict},
+           "No paper reports this comparison: it is this project's own.")
+print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+
+# %%
+for f in staged.publish():  # last step: tables, figures and the export move into place only when all of it worked
+    print("wrote", f)
