@@ -183,6 +183,16 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
     return pd.DataFrame(rows)
 
 
+def check_decoders(records: list[dict], expected, source: str, where: str) -> None:
+    """Raise ValueError unless a run's records hold exactly the decoder labels its config lists
+    (``where``), so a table never silently drops a label added to the config, nor shows one
+    removed from it, before the run is redone."""
+    have = list(dict.fromkeys(r["decoder"] for r in records))
+    if set(have) != set(expected):
+        raise ValueError(f"{source} has decoders {', '.join(have)} but config {where} lists {', '.join(expected)}; "
+                         "valid: records of the configured run (rerun it with --config rerun=true)")
+
+
 def provenance(records: list[dict]) -> dict:
     """Model, data, profile and hardware named by the records (each must be unique)."""
     df = pd.DataFrame(records)

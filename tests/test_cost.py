@@ -83,3 +83,17 @@ def test_a_curve_of_other_hardware_claims_no_limit():
     with pytest.raises(ValueError, match="measured on .*cpu: A.*not on 'cpu: B'"):
         cost_of(CURVE, device="cpu: B")
     assert cost_of(CURVE, device="cpu: A")(4) == 1.0
+
+
+def test_a_run_must_hold_exactly_its_configured_decoders():
+    """check_decoders: a record missing a configured label (added to the config after the run) or
+    holding one the config no longer lists is an error, never a silently shorter table."""
+    import pytest
+
+    from common.report import check_decoders
+    recs = [{"decoder": "vanilla"}, {"decoder": "eagle@dyn16"}]
+    check_decoders(recs, ["vanilla", "eagle@dyn16"], "bench_eagle.jsonl", "cross.groups.eagle")
+    with pytest.raises(ValueError, match="lists vanilla, eagle@dyn16, eagle@v8k"):
+        check_decoders(recs, ["vanilla", "eagle@dyn16", "eagle@v8k"], "bench_eagle.jsonl", "cross.groups.eagle")
+    with pytest.raises(ValueError, match="has decoders vanilla, eagle@dyn16"):
+        check_decoders(recs, ["vanilla"], "bench_eagle.jsonl", "cross.groups.eagle")

@@ -25,7 +25,7 @@ import pandas as pd
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, load_profile
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import limits, provenance, summarize, write_table
+from common.report import check_decoders, limits, provenance, summarize, write_table
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -39,6 +39,8 @@ joined = {j["record"].resolve(): s for s, j in joins.items()}
 files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_") and Path(p).resolve() not in joined)
 curve = read_jsonl(next(p for p in inputs if Path(p).name == "cost_curve.jsonl"))
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
+for g, recs in groups.items():  # a group's record must be the run its config describes
+    check_decoders(recs, P.cross.groups[g], f"cross/raw/bench_{g}.jsonl", f"cross.groups.{g}")
 models = {r["model"] for recs in groups.values() for r in recs}
 for s, j in joins.items():
     recs = read_jsonl(j["record"])

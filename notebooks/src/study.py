@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.config import AA_LABEL, Staged, artifact_inputs, check_inputs, labels_config, load_profile, study_section
+from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, check_inputs, labels_config, load_profile,
+                           study_section)
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import aa_spread, cost_of, curve_fits, limits, noise_line, provenance, summarize, write_table
+from common.report import (aa_spread, check_decoders, cost_of, curve_fits, limits, noise_line, provenance, summarize,
+                           write_table)
 from common.specbench import category_of, export
 
 base = Path(results_root) / package
@@ -36,10 +38,13 @@ study = study_section(P)
 runs = {}  # dataset -> its run's records, question ids made unique across datasets
 for p in sorted(Path(p) for p in inputs if Path(p).name.startswith("study_")):
     recs = read_jsonl(p)
+    ds = p.stem.removeprefix("study_")
+    check_decoders(recs, [*bench_decoders(study["bench"], ds), AA_LABEL], f"cross/raw/{p.name}",
+                   f"study.bench (dataset {ds})")
     for r in recs:
         r["category"] = category_of(r)
         r["question_id"] = f"{r['dataset']}/{r['question_id']}"
-    runs[p.stem.removeprefix("study_")] = recs
+    runs[ds] = recs
 records = [r for recs in runs.values() for r in recs]
 decoders = [d for d in dict.fromkeys(r["decoder"] for r in records) if d != "vanilla"]
 categories = list(dict.fromkeys(r["category"] for r in records))
