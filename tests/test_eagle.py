@@ -78,7 +78,7 @@ def test_dynamic_tree_keeps_the_most_probable_paths(model, head_dir):
     # the head's top tokens at the root, in rank order
     ids = state.ids[0, -4:]  # the prompt's features paired with the tokens after them
     with torch.no_grad():
-        root = prop._logp(prop.head(hidden, embed(model, ids[None]), torch.arange(4)[None])[0, -1:])
+        root = torch.log_softmax(model.lm_head(prop.head(hidden, embed(model, ids[None]), torch.arange(4)[None])[0, -1:]), -1)
     depth1 = [t for path, t in zip(p.tree.paths, p.tokens.tolist()) if len(path) == 1]
     assert depth1 == root[0].topk(len(depth1)).indices.tolist()
 
@@ -193,15 +193,34 @@ def test_depth_accuracy_chains_see_what_the_decoder_drafts(model, head_dir):
             prop = EagleProposer(head, model, "static", tree=build_tree([(0,) * d for d in range(1, depth + 1)]))
             seen = []
 
-            def forced(feats, j=j, seen=seen):  # drafts greedy[j + d] at depth d, recording the features
+            def forced(feats, k, j=j, seen=seen):  # drafts greedy[j + d] at depth d, recording the features
                 seen.append(feats.clone())
                 lp = torch.full((feats.shape[0], 96), -1e9)
                 lp[:, greedy[j + len(seen)]] = 0.0
-                return lp
-            prop._logp = forced
+                return lp.topk(k, dim=-1)
+            prop._top = forced
             prop.propose(ProposerState(ids[:, :j + 1], [int(ids[0, j + 1])], f[:, :j + 1], 20, 0.0, None))
             assert len(seen) == depth
             for d in range(depth):
                 # the random head's features grow ~10x a depth: compare relative to their size
                 scale = float(batched[d][r].abs().max())
                 torch.testing.assert_close(seen[d][0], batched[d][r], atol=1e-5 * scale, rtol=1e-5)
+
+
+def test_a_reduced_readout_ranks_as_the_full_log_softmax():
+    """EagleProposer._top over a reduced readout normalizes over the kept tokens only; the
+    log-probabilities and token ids equal those of the full-vocabulary log-softmax of the
+    same head (every other logit is the minimum: its exponential is exactly 0)."""
+    from types import SimpleNamespace
+
+    from common.decoders.eagle import EagleProposer
+    from common.reduced_head import ReducedHead
+    torch.manual_seed(0)
+    full = torch.nn.Linear(16, 50, bias=False)
+    head = ReducedHead(full, torch.tensor([3, 7, 11, 20, 31, 42, 49]))
+    feats = torch.randn(4, 16)
+    with torch.no_grad():
+        v, i = EagleProposer._top(SimpleNamespace(readout=head), feats, 3)
+        ref_v, ref_i = torch.log_softmax(head(feats).float(), dim=-1).topk(3, dim=-1)
+    assert torch.equal(i, ref_i) and torch.allclose(v, ref_v, atol=1e-6)
+    assert set(i.flatten().tolist()) <= {3, 7, 11, 20, 31, 42, 49}
