@@ -398,13 +398,18 @@ def group_config(profile: Profile, group: str) -> dict:
     return labels_config(profile, profile.cross.groups[group])
 
 
-def component_ref(value) -> str | None:
-    """The trained component a decoder option value names: a value that is exactly
-    ``"{name}"`` with ``name`` in :data:`COMPONENTS` (the workflow puts the component's folder
-    there); None for any other value."""
-    if isinstance(value, str) and value.startswith("{") and value.endswith("}") and value[1:-1] in COMPONENTS:
+def placeholder(value) -> str | None:
+    """The name in a decoder option value that is exactly ``"{name}"`` (a trained component the
+    workflow puts the folder of); None for any other value."""
+    if isinstance(value, str) and re.fullmatch(r"\{\w+\}", value):
         return value[1:-1]
     return None
+
+
+def component_ref(value) -> str | None:
+    """The cross component (:data:`COMPONENTS`) a decoder option value names, else None."""
+    name = placeholder(value)
+    return name if name in COMPONENTS else None
 
 
 def cross_components(profile: Profile) -> list[str]:
@@ -446,8 +451,8 @@ def study_stats(profile: Profile) -> list[str]:
     named = []
     for label, opts in labels_config(profile, study["bench"]["decoders"]).items():
         for v in opts.values():
-            if isinstance(v, str) and re.fullmatch(r"\{\w+\}", v) and v[1:-1] not in named:
-                named.append(v[1:-1])
+            if placeholder(v) and placeholder(v) not in named:
+                named.append(placeholder(v))
     missing = [n for n in named if n not in study["stats"]]
     if missing:
         raise UserError(f"config profiles/{profile.name}/study/stats: no training record for {', '.join(missing)} "

@@ -138,6 +138,21 @@ def curve_fits(curve: list[dict], device: str) -> bool:
     return any(r.get("device") == device for r in curve)
 
 
+def step_positions(records: list[dict]) -> list[float] | None:
+    """The verified positions of every verification step (the prefill excluded) of one decoder's
+    records: proposed tokens + the root + positions injected into the forward (prompt tokens,
+    pseudo states, in full-forward equivalents). None when a record has no per-step proposals."""
+    qs = []
+    for r in records:
+        extra = r.get("extra") if isinstance(r.get("extra"), dict) else {}  # a DataFrame row may hold NaN
+        p = extra.get("proposed")
+        if p is None:
+            return None
+        inj = extra.get("injected") or [0.0] * len(p)
+        qs += [n + 1 + x for n, x in zip(p[1:], inj[1:])]  # p[0] is the prefill
+    return qs
+
+
 def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
     """The hardware limit of each tree-verified decoder, beside what it reached.
 
@@ -164,14 +179,10 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
     summary = summarize(records, baseline).set_index("decoder")
     rows = []
     for name, g in df.groupby("decoder", sort=False):
-        proposed = [r.get("proposed") for r in g.extra] if "extra" in g else [None]
+        qs = step_positions(g.to_dict("records"))
         if name == baseline:
             cost = 1.0
-        elif all(p is not None for p in proposed):
-            # p[0] is the prefill; positions injected into the forward (prompt tokens, pseudo
-            # states, recorded in full-forward equivalents) count with the tree's
-            injected = [r.get("injected") or [0.0] * len(p) for r, p in zip(g.extra, proposed)]
-            qs = [n + 1 + x for p, inj in zip(proposed, injected) for n, x in zip(p[1:], inj[1:])]
+        elif qs is not None:
             cost = sum(map(ratio, qs)) / len(qs) if qs else float("nan")
         else:
             rows.append({"decoder": name, "step_cost": None, "limit": None, "pct_of_limit": None})

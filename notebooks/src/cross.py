@@ -110,6 +110,15 @@ def cross_rows():
     return pd.concat(rows, ignore_index=True)
 
 
+def own_comparison(table) -> str:
+    """The note where a paper's table would stand: no paper has this comparison; on how many machines it ran."""
+    machines = table.ran_on.nunique()
+    return ("No paper reports this comparison: it is this project's own, every method on one model and prompt set"
+            + (", on one machine." if machines == 1 else
+               f"; the groups ran on {machines} machines (`ran_on`), so each speedup is a ratio to its own group's "
+               "vanilla on the same machine, and tokens/s compare only within a machine."))
+
+
 # %% md
 # `extra_mem_mib` is a decoder's peak resident memory minus its group's `vanilla` peak in the
 # same run (model weights are in both); on CPU it is the process's own memory, so the gloo
@@ -153,12 +162,7 @@ verdict = (f"this project's comparison (no paper has it): fastest {ranked.decode
            f"slowest {ranked.decoder.iloc[-1]} {ranked.speedup.iloc[-1]:.2f}x over {len(ranked)} decoders, each against "
            f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}")
 write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-machines = table.ran_on.nunique()
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: it is this project's own, every method on one model and prompt set"
-           + (", on one machine." if machines == 1 else
-              f"; the groups ran on {machines} machines (`ran_on`), so each speedup is a ratio to its own group's "
-              "vanilla on the same machine, and tokens/s compare only within a machine."))
+close_with(artifact_id, {**meta, "verdict": verdict}, own_comparison(table))
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% [cross.fig]
@@ -191,11 +195,7 @@ faster = out[out.speedup > 1.0]
 verdict = (f"this project's comparison (no paper has it): {len(faster)}/{len(out)} decoders faster than vanilla; "
            f"extra memory {out.extra_mem_mib.min():.1f}-{out.extra_mem_mib.max():.1f} MiB")
 write_table(out, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-machines = table.ran_on.nunique()
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: it is this project's own, every method on one model and prompt set"
-           + (", on one machine." if machines == 1 else
-              f"; the groups ran on {machines} machines, so each speedup is a ratio to its own group's vanilla."))
+close_with(artifact_id, {**meta, "verdict": verdict}, own_comparison(table))
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %%
