@@ -11,7 +11,8 @@
 # What each rule reserves (threads, mem_mb, runtime, GPUs, a node of its own): the profile's `resources`.
 import sys
 
-from common.config import artifact_inputs as _inputs, artifact_outputs as _outputs, load_artifacts, load_profile
+from common.config import (artifact_inputs as _inputs, artifact_outputs as _outputs, load_artifacts, load_profile,
+                           with_profile_files)
 from common.errors import UserError
 
 configfile: "config/config.yaml"
@@ -20,7 +21,8 @@ configfile: "config/config.yaml"
 if isinstance(config.get("rerun"), str):
     config["rerun"] = {"true": True, "false": False}.get(config["rerun"].lower(), config["rerun"])
 try:
-    P = load_profile(config, config.get("profile"))
+    # the profiles live in config/profiles/<name>.yaml; a `profiles` mapping from --configfile overrides them
+    P = load_profile(with_profile_files(config), config.get("profile"))
 except UserError as e:
     # Same contract as every entry point (common.errors.cli_main): one line, exit status 2.
     print(f"error: {e}", file=sys.stderr)

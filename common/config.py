@@ -1,5 +1,6 @@
-"""The one config path: ``config/config.yaml`` -> each profile's ``extends`` resolved -> JSON-schema
-validation -> frozen dataclass.
+"""The one config path: ``config/config.yaml`` (what every profile shares) and one file per profile
+(``config/profiles/<name>.yaml``) -> each profile's ``extends`` resolved -> JSON-schema validation
+-> frozen dataclass.
 
 The Snakefile, every CLI and every notebook load profiles through :func:`load_profile`, so a
 typo in the config or an unknown profile fails once, in one line, before any rule runs.
@@ -28,6 +29,7 @@ import yaml
 from .errors import UserError, check_range, unknown
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+PROFILES_DIR = CONFIG_DIR / "profiles"  # <name>.yaml: the profile ``name``
 # Trained components a decoder option may name, and the statistics file each training writes.
 COMPONENTS = ("medusa", "draft", "eagle")
 # The A/A pair: ``vanilla`` run a second time under this label, interleaved per prompt in the
@@ -358,17 +360,38 @@ def resolve_profiles(config: dict) -> dict:
     return {**config, "profiles": {name: resolve(name, (name,)) for name in profiles}}
 
 
+def read_profiles(folder: Path = PROFILES_DIR) -> dict:
+    """Every profile as written (``extends`` unresolved): ``{name: mapping}`` from ``<name>.yaml``."""
+    return {f.stem: yaml.safe_load(f.read_text()) for f in sorted(folder.glob("*.yaml"))}
+
+
+def read_config(config_dir: Path = CONFIG_DIR) -> dict:
+    """The config as written: ``config.yaml`` with ``profiles`` read from ``profiles/*.yaml``."""
+    config = yaml.safe_load((config_dir / "config.yaml").read_text())
+    return {**config, "profiles": read_profiles(config_dir / "profiles")}
+
+
+def with_profile_files(config: Mapping) -> dict:
+    """Snakemake's ``config`` (``config.yaml``, then ``--configfile`` / ``--config`` on top) over the
+    profile files: a ``profiles`` mapping in it overrides theirs key by key, so an extra
+    ``--configfile`` can change one setting of one profile."""
+    return {**config, "profiles": _merged(read_profiles(), config.get("profiles") or {}, set())}
+
+
 def load_config(config: dict | None = None) -> dict:
-    """The validated config (default: config/config.yaml), every profile's ``extends`` resolved."""
+    """The validated config, every profile's ``extends`` resolved: ``config`` as given (default:
+    :func:`read_config`; one without ``profiles`` gets the profile files')."""
     if config is None:
-        config = yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
+        config = read_config()
+    elif "profiles" not in config:
+        config = with_profile_files(config)
     config = resolve_profiles(config)
     validate(config)
     return config
 
 
 def load_profile(config: dict | None = None, profile: str | None = None) -> Profile:
-    """Validate ``config`` (default: config/config.yaml) and return the named profile.
+    """Validate ``config`` (default: :func:`read_config`) and return the named profile.
 
     The top-level ``decoder_config`` holds the options every profile shares; a profile's own
     ``cross.decoder_config`` adds labels or overrides them.
@@ -434,7 +457,7 @@ def cross_joined(profile: Profile) -> list[str]:
 def study_section(profile: Profile) -> Mapping:
     """The profile's cross-method study (config ``study``: ``bench`` and ``stats``)."""
     if "study" not in profile.raw:
-        raise UserError(f"profile {profile.name!r} has no study section in config/config.yaml")
+        raise UserError(f"profile {profile.name!r} has no study section in config/profiles/{profile.name}.yaml")
     return profile.raw["study"]
 
 
@@ -579,7 +602,7 @@ def section(profile: Profile, name: str, build):
     """A paper package's section of a profile (``profile.raw[name]``) through its
     ``build(mapping)``; a missing section or a key the builder does not take is one error."""
     if name not in profile.raw:
-        raise UserError(f"profile {profile.name!r} has no {name} section in config/config.yaml")
+        raise UserError(f"profile {profile.name!r} has no {name} section in config/profiles/{profile.name}.yaml")
     try:
         return build(profile.raw[name])
     except TypeError as e:  # unknown/missing keys when built outside the schema

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import bench_decoders, load_profile
+from common.config import bench_decoders, load_profile, read_config
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-CFG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+CFG = read_config()
 
 
 @pytest.mark.parametrize("name", ["smoke", "embedded", "paper", "paper-tiny"])
@@ -129,3 +129,15 @@ def test_ppd_keys_are_all_read():
     raw = CFG["profiles"]["embedded"]["ppd_pipelined"]
     assert c.mid_layer == raw["mid_layer"] and c.ks == tuple(raw["ks"])
     assert c.sampling.tasks == tuple(raw["sampling"]["tasks"]) and c.table3.tasks == tuple(raw["table3"]["tasks"])
+
+
+def test_profile_files_under_snakemake_overrides():
+    """Snakemake's config (config.yaml and --configfile on top) over config/profiles/*.yaml: a
+    profiles mapping there changes one key of one profile, every other setting comes from the files."""
+    from common.config import with_profile_files
+    snake = {k: v for k, v in CFG.items() if k != "profiles"}
+    assert with_profile_files(snake)["profiles"] == CFG["profiles"]
+    over = with_profile_files({**snake, "profiles": {"smoke": {"cross": {"n": 7}}}})["profiles"]
+    assert over["smoke"]["cross"]["n"] == 7 and over["smoke"]["cross"]["groups"] == CFG["profiles"]["smoke"]["cross"]["groups"]
+    assert over["embedded"] == CFG["profiles"]["embedded"]
+    assert load_profile(with_profile_files({**snake, "profiles": {"smoke": {"cross": {"n": 7}}}}), "smoke").cross.n == 7

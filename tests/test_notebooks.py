@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_notebook  # noqa: E402
 
-from common.config import artifact_inputs, cross_joined, load_artifacts, load_profile  # noqa: E402
+from common.config import artifact_inputs, cross_joined, load_artifacts, load_profile, read_config  # noqa: E402
 
 
 def test_notebooks_are_rebuilt_from_sources():
@@ -97,8 +97,7 @@ def test_joined_run_on_other_prompts_is_refused(cross_copy):
 
 def test_declared_inputs_follow_the_config():
     """A group added to cross.groups adds its record to the declared inputs."""
-    import yaml
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg = read_config()
     cfg["profiles"]["embedded"]["cross"]["groups"]["extra"] = ["vanilla", "hf_generate"]
     got = artifact_inputs(load_profile(cfg, "embedded"), "cross.table")
     assert "results/cross/raw/bench_extra.jsonl" in got and "results/cross/raw/medusa_stats.json" in got

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from common import data
+from common.config import read_config
 from common.data import DATA_ROOT_ENV, EMBEDDED, PAPER_DATASETS, load_dataset_samples
 from common.errors import UserError
 
@@ -54,7 +54,7 @@ def test_every_registered_hub_dataset_has_a_fixture():
 
 
 def test_every_dataset_the_paper_profile_names_is_registered():
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = read_config()
     names = set()
 
     def walk(x, key=None):

@@ -3,7 +3,8 @@
 In a copy of the workflow (code, rules, config, notebooks), a tiny method is added exactly as
 the README says: its module in a new package, its entry point in ``pyproject.toml``, the
 "reinstall" that publishes the entry point, a variant's options in ``config.yaml``'s
-``decoder_config`` and a ``cross.groups`` group that runs it. Then Snakemake plans and runs the
+``decoder_config`` and a profile (``config/profiles/recipe.yaml``) with a ``cross.groups`` group
+that runs it. Then Snakemake plans and runs the
 group's benchmark and the cost curve on a tiny random LLaMA and renders ``cross.table`` from
 them. Before the entry point exists the plan must stop with one ``error:`` line, and before
 the reinstall the benchmark must stop on the unknown decoder: neither step can be skipped.
@@ -105,13 +106,13 @@ def add_profile(repo: Path, model: Path) -> None:
     path = repo / "config" / "config.yaml"
     cfg = yaml.safe_load(path.read_text())
     cfg["decoder_config"]["tiny_greedy@cap8"] = {"cap": 8}
-    p = json.loads(json.dumps(cfg["profiles"]["smoke"]))
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    p = yaml.safe_load((repo / "config" / "profiles" / "smoke.yaml").read_text())
     p.update(results_root="recipe_results", model=str(model))
     p["cross"] = {"dataset": "mt-bench", "n": 2, "max_new_tokens": 16, "max_prompt_tokens": 400,
                   "groups": {"tiny": ["vanilla", "tiny_greedy", "tiny_greedy@cap8"]}}
     p["replace"] = [*p.get("replace", []), "cross"]  # its own cross section, none of the joined runs smoke inherits
-    cfg["profiles"]["recipe"] = p
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / "config" / "profiles" / "recipe.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
 
 
 def snakemake(repo: Path, env: dict, *args: str, target: str = "cross_table") -> subprocess.CompletedProcess:

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from common.config import RuleResources, load_profile, resource_class_of, rule_resources
+from common.config import RuleResources, load_profile, read_config, resource_class_of, rule_resources
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +95,7 @@ def test_config_has_an_entry_for_every_rule_key():
     for f in (ROOT / "rules").glob("*.smk"):
         keys |= set(re.findall(r'rule_resources\("(\w+)"\)', f.read_text()))
     assert {"bench_cross", "render", "ppdp_bench"} <= keys
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config = read_config()
     classes = resource_class_of(config)
     assert keys <= set(classes), sorted(keys - set(classes))
     for name, p in config["profiles"].items():
@@ -105,7 +104,7 @@ def test_config_has_an_entry_for_every_rule_key():
 
 def test_class_entry_and_override():
     """A rule gets its class's entry with the profile's override for that rule on top."""
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config = read_config()
     config["resource_classes"] = {"timing": ["bench_cross", "cost_curve"], "render": ["render"]}
     config["profiles"]["smoke"]["resources"] = {
         "timing": {"threads": 2, "mem_mb": 3000, "runtime": 15, "exclusive": True},
@@ -121,14 +120,14 @@ def test_class_entry_and_override():
 
 
 def test_missing_entry_is_one_user_error():
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config = read_config()
     del config["profiles"]["smoke"]["resources"]["timing"]
     with pytest.raises(UserError, match="profiles/smoke/resources: no entry for class 'timing' of rule 'bench_cross'"):
         rule_resources(load_profile(config, "smoke"), "bench_cross")
     del config["profiles"]["smoke"]["resources"]["render"]["mem_mb"]
     with pytest.raises(UserError, match="resources/render: 'mem_mb' is a required property"):
         load_profile(config, "smoke")
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config = read_config()
     config["resource_classes"]["render"].append("bench_cross")
     with pytest.raises(UserError, match="rule 'bench_cross' is in both 'render' and 'timing'|"
                                         "rule 'bench_cross' is in both 'timing' and 'render'"):
