@@ -194,6 +194,30 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
     return pd.DataFrame(rows)
 
 
+def step_times(records: list[dict]) -> pd.DataFrame:
+    """Where a decoder's step goes, in milliseconds per step (sums over its records / its steps).
+
+    ``step_ms``: wall time (prefill included) per step; ``target_ms``: the target's forwards
+    (``extra.target_forward_s``, the prefill's among them); ``propose_ms``: the proposer's own work
+    (``extra.draft_forward_s``, a draft model's or draft head's forwards, and ``extra.retrieval_s``,
+    REST's datastore lookups, one entry a step); ``other_ms``: the rest (building trees and masks,
+    acceptance, cache bookkeeping, Python). The three parts are blank (None) for a decoder whose
+    records time no target forward (``vanilla``, transformers' own loops, pipelined workers).
+    """
+    rows = []
+    for name, g in pd.DataFrame(records).groupby("decoder", sort=False):
+        steps, wall = g.steps.sum(), g.wall_time.sum()
+        extras = [e if isinstance(e, dict) else {} for e in g.get("extra", pd.Series([{}] * len(g)))]
+        row = {"decoder": name, "step_ms": 1e3 * wall / steps, "target_ms": None, "propose_ms": None, "other_ms": None}
+        if all("target_forward_s" in e for e in extras):
+            target = sum(e["target_forward_s"] for e in extras)
+            propose = sum(e.get("draft_forward_s", 0.0) + sum(e.get("retrieval_s", [])) for e in extras)
+            row.update(target_ms=1e3 * target / steps, propose_ms=1e3 * propose / steps,
+                       other_ms=1e3 * (wall - target - propose) / steps)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def check_decoders(records: list[dict], expected, source: str, where: str) -> None:
     """Raise ValueError unless a run's records hold exactly the decoder labels its config lists
     (``where``), so a table never silently drops a label added to the config, nor shows one

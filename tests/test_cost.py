@@ -97,3 +97,22 @@ def test_a_run_must_hold_exactly_its_configured_decoders():
         check_decoders(recs, ["vanilla", "eagle@dyn16", "eagle@v8k"], "bench_eagle.jsonl", "cross.groups.eagle")
     with pytest.raises(ValueError, match="has decoders vanilla, eagle@dyn16"):
         check_decoders(recs, ["vanilla"], "bench_eagle.jsonl", "cross.groups.eagle")
+
+
+def test_step_times_by_hand():
+    """Milliseconds per step: the target's forwards, the proposer's own work (draft forwards and
+    REST's per-step retrieval times) and the rest; blank where the records time no target forward."""
+    from common.report import step_times
+    recs = [{"decoder": "vanilla", "steps": 10, "wall_time": 1.0, "extra": {}},
+            {"decoder": "rest", "steps": 4, "wall_time": 1.0,
+             "extra": {"target_forward_s": 0.6, "retrieval_s": [0.05, 0.05, 0.05, 0.05]}},
+            {"decoder": "rest", "steps": 6, "wall_time": 1.0, "extra": {"target_forward_s": 0.8, "retrieval_s": [0.0] * 6}},
+            {"decoder": "eagle", "steps": 5, "wall_time": 0.5, "extra": {"target_forward_s": 0.3, "draft_forward_s": 0.1}}]
+    t = step_times(recs).set_index("decoder")
+    assert t.loc["vanilla", "step_ms"] == pytest.approx(100.0) and t.loc["vanilla", ["target_ms", "propose_ms"]].isna().all()
+    assert t.loc["rest", "step_ms"] == pytest.approx(200.0)          # 2 s over 10 steps
+    assert t.loc["rest", "target_ms"] == pytest.approx(140.0)        # 1.4 s
+    assert t.loc["rest", "propose_ms"] == pytest.approx(20.0)        # 0.2 s of retrieval
+    assert t.loc["rest", "other_ms"] == pytest.approx(40.0)
+    assert (t.loc["eagle", ["target_ms", "propose_ms", "other_ms"]].tolist()
+            == pytest.approx([60.0, 20.0, 20.0]))

@@ -25,7 +25,7 @@ import pandas as pd
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, load_profile
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import check_decoders, limits, provenance, summarize, write_table
+from common.report import check_decoders, limits, provenance, step_times, summarize, write_table
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -105,7 +105,7 @@ def cross_rows():
         t["ran_on"] = ", ".join(sorted({r["device"].split(", torch")[0] for r in recs}))
         base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
         t["extra_mem_mib"] = t.peak_mem_mib - base_mem
-        t = t.merge(limits(recs, curve), on="decoder", how="left")
+        t = t.merge(limits(recs, curve), on="decoder", how="left").merge(step_times(recs), on="decoder", how="left")
         rows.append(t)
     return pd.concat(rows, ignore_index=True)
 
@@ -148,13 +148,23 @@ def own_comparison(table) -> str:
 # were recorded, and every decoder of a group benchmarked on other hardware than the cost curve
 # was measured on (the `hardware` of `cost.fig`): T(q) is that machine's own.
 
+# %% md
+# Where a step goes (`common.report.step_times`, milliseconds per step over all of a decoder's
+# steps, the prefill's wall time included): `step_ms` is the whole step; `target_ms` the target's
+# forwards, `propose_ms` the proposer's own work (a draft model's or EAGLE head's forwards, REST's
+# datastore lookups) and `other_ms` the rest (trees, masks, acceptance, cache bookkeeping, Python).
+# A decoder below its limit loses the difference in `propose_ms` and `other_ms`. Proposers that
+# ride on the target's forward or read its states (Medusa's heads, prompt tokens, FIRP's maps) time
+# nothing of their own (0): their share is inside `target_ms` and `other_ms`. Blank where the
+# records time no target forward (`vanilla`, prompt lookup, transformers' own loops, pipelined workers).
+
 # %% [cross.table]
 table = cross_rows()
 cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
-        "step_cost", "limit", "pct_of_limit", "peak_mem_mib", "extra_mem_mib", "extra_params_m", "train_wall_s",
-        "trained_on", "ran_on", "identical_to_vanilla"]
+        "step_cost", "limit", "pct_of_limit", "step_ms", "target_ms", "propose_ms", "other_ms", "peak_mem_mib",
+        "extra_mem_mib", "extra_params_m", "train_wall_s", "trained_on", "ran_on", "identical_to_vanilla"]
 table = table[cols]
-for c in ("step_cost", "limit", "pct_of_limit"):  # blank, not nan, where a decoder has no limit
+for c in ("step_cost", "limit", "pct_of_limit", "target_ms", "propose_ms", "other_ms"):  # blank, not nan, where none
     table[c] = table[c].astype(object).where(table[c].notna(), None)
 ranked = table[table.decoder != "vanilla"].sort_values("speedup", ascending=False)
 lossy = [d for d, s in zip(table.decoder, table.identical_to_vanilla) if s.split("/")[0] != s.split("/")[1]]
