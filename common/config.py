@@ -380,11 +380,9 @@ def with_profile_files(config: Mapping) -> dict:
 
 def load_config(config: dict | None = None) -> dict:
     """The validated config, every profile's ``extends`` resolved: ``config`` as given (default:
-    :func:`read_config`; one without ``profiles`` gets the profile files')."""
+    :func:`read_config`; the Snakefile's goes through :func:`with_profile_files` first)."""
     if config is None:
         config = read_config()
-    elif "profiles" not in config:
-        config = with_profile_files(config)
     config = resolve_profiles(config)
     validate(config)
     return config
