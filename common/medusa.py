@@ -364,7 +364,7 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
                 desc="medusa heads", stop=stop, curve_path=curve_file,
                 evaluate=lambda m: {k: v for k, v in evaluate(m, held_data).items() if k != "heldout_topk"})
     loop_s = time.perf_counter() - t_loop  # this run's part of the loop (state["wall_s"] counts every run's)
-    state = torch.load(out_dir / "heads.pt", weights_only=False)
+    state = torch.load(out_dir / "heads.pt", weights_only=False, map_location="cpu")  # only its curve is read
     final = evaluate(heads, held_data)
     acc = final["heldout_topk"]
     curve = state["curve"]

@@ -137,7 +137,9 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     step, log, curve, wall, stopped, relabel = 0, [], [], 0.0, None, False
     work = run_path(ckpt_path)
     source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
-    state = torch.load(source, weights_only=False) if source is not None else None
+    # map to where the module lives: a run checkpoint from a lent GPU resumes on the CPU (and back)
+    device = next(iter(params), torch.empty(0)).device
+    state = torch.load(source, weights_only=False, map_location=device) if source is not None else None
     if state is not None and state["identity"] != identity:
         if source != work or ckpt_path.is_file():
             raise UserError(f"checkpoint {source} was trained with another config/data "
@@ -269,7 +271,7 @@ def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: l
         the statistics.
     """
     ckpt_path = Path(ckpt_path)
-    state = torch.load(ckpt_path, weights_only=False)
+    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")  # rewritten only, never trained on
     state["acc"] = acc
     atomic_write(ckpt_path, lambda tmp: torch.save(state, tmp))
     n = sum(p.numel() for p in module.parameters())

@@ -50,6 +50,37 @@ def test_loss_decreases_and_resume_is_exact(tmp_path):
     assert (tmp_path / "b.jsonl").read_text().count("\n") == 20
 
 
+def test_a_run_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path, monkeypatch):
+    """A run interrupted on a lent GPU and continued here: its tensors carry a CUDA location, which
+    torch.load refuses on a CPU-only machine unless the loop maps them to the module's device."""
+    from common.training import run_path
+    cfg = TrainConfig(lr=0.05, epochs=4, batch_size=8, checkpoint_every=3)
+    full = fresh()
+    train(full, DATA, loss_fn, cfg, tmp_path / "a.pt")
+    calls = {"n": 0}
+
+    def stopping(m, b):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return loss_fn(m, b)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(fresh(), DATA, stopping, cfg, tmp_path / "b.pt")
+    work = run_path(tmp_path / "b.pt")
+    state = torch.load(work, weights_only=False)
+    with monkeypatch.context() as m:  # write it as a CUDA run would: every storage tagged cuda:0
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(state, work)
+    if not torch.cuda.is_available():  # the file is what a GPU run leaves: a plain load refuses it here
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(work, weights_only=False)
+    resumed = fresh()
+    train(resumed, DATA, loss_fn, cfg, tmp_path / "b.pt")
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
 def test_checkpoint_identity_is_checked(tmp_path):
     cfg = TrainConfig(lr=0.05, epochs=1, batch_size=8)
     train(fresh(), DATA, loss_fn, cfg, tmp_path / "c.pt", meta={"layer": 3})
