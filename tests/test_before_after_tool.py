@@ -52,7 +52,7 @@ def test_before_after_reads_each_side_from_its_commit(tmp_path):
     b = tool.benchmarks("HEAD~1", "HEAD", tool.changed("HEAD~1", "HEAD")).set_index("decoder")
     assert b.loc["m", "tau_before"] == 2.0 and b.loc["m", "tau_after"] == 2.5
     assert b.loc["m", "speedup_before"] == pytest.approx(1.25) and b.loc["m", "speedup_after"] == pytest.approx(2.0)
-    assert "untouched" not in text and "x/raw/heads" in text
+    assert "untouched" not in text and "x/raw/heads" in text and b.loc["m", "device_before"] == "cpu: test"
 
 
 def test_a_revision_that_is_not_a_commit_is_one_error_line(tmp_path, capsys):

@@ -8,7 +8,7 @@ component predicts several; PPD's heads: their match rate), the examples and ste
 for, and why it stopped (its ``*_stats.json``). For every benchmark record file
 (``results/**/raw/*.jsonl`` whose records carry ``common.report.BENCH_FIELDS``) that differs:
 each decoder's mean accepted length (tau) and speedup over ``vanilla`` in the same file, and
-the device that ran it. Both sides are read with ``git show`` so nothing in the working tree
+the device that ran each side (a speedup moves with the machine too). Both sides are read with ``git show`` so nothing in the working tree
 is touched. A file absent at one commit leaves that side blank.
 """
 from __future__ import annotations
@@ -92,6 +92,7 @@ def benchmarks(before: str, after: str, paths: list[str]) -> pd.DataFrame:
                 has = s is not None and d in s.index
                 row[f"tau_{side}"] = s.loc[d, "mean_accepted_length"] if has else None
                 row[f"speedup_{side}"] = s.loc[d, "speedup"] if has and "speedup" in s else None
+            row["device_before"] = sides.get("before", (None, ""))[1]
             row["device_after"] = sides.get("after", (None, ""))[1]
             rows.append(row)
     return pd.DataFrame(rows)
