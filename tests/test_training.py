@@ -24,14 +24,8 @@ def fresh():
     return torch.nn.Linear(4, 3)
 
 
-def test_loss_decreases_and_resume_is_exact(tmp_path):
-    cfg = TrainConfig(lr=0.05, epochs=4, batch_size=8, checkpoint_every=3)
-    full = fresh()
-    log = train(full, DATA, loss_fn, cfg, tmp_path / "a.pt")
-    assert log[-1]["loss"] < log[0]["loss"] and len(log) == 20
-
-    # interrupt after 7 steps, then resume from the step-6 checkpoint
-    part = fresh()
+def interrupt_after_7_steps(cfg: TrainConfig, ckpt) -> None:
+    """Start a training of a fresh module and kill it (KeyboardInterrupt) in its 8th step."""
     calls = {"n": 0}
 
     def stopping(m, b):
@@ -41,7 +35,16 @@ def test_loss_decreases_and_resume_is_exact(tmp_path):
         return loss_fn(m, b)
 
     with pytest.raises(KeyboardInterrupt):
-        train(part, DATA, stopping, cfg, tmp_path / "b.pt")
+        train(fresh(), DATA, stopping, cfg, ckpt)
+
+
+def test_loss_decreases_and_resume_is_exact(tmp_path):
+    cfg = TrainConfig(lr=0.05, epochs=4, batch_size=8, checkpoint_every=3)
+    full = fresh()
+    log = train(full, DATA, loss_fn, cfg, tmp_path / "a.pt")
+    assert log[-1]["loss"] < log[0]["loss"] and len(log) == 20
+
+    interrupt_after_7_steps(cfg, tmp_path / "b.pt")  # then resume from the step-6 checkpoint
     resumed = fresh()
     log_b = train(resumed, DATA, loss_fn, cfg, tmp_path / "b.pt", log_path=tmp_path / "b.jsonl")
     assert [r["step"] for r in log_b] == list(range(1, 21))
@@ -57,16 +60,7 @@ def test_a_run_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path, monkeypatc
     cfg = TrainConfig(lr=0.05, epochs=4, batch_size=8, checkpoint_every=3)
     full = fresh()
     train(full, DATA, loss_fn, cfg, tmp_path / "a.pt")
-    calls = {"n": 0}
-
-    def stopping(m, b):
-        calls["n"] += 1
-        if calls["n"] == 8:
-            raise KeyboardInterrupt
-        return loss_fn(m, b)
-
-    with pytest.raises(KeyboardInterrupt):
-        train(fresh(), DATA, stopping, cfg, tmp_path / "b.pt")
+    interrupt_after_7_steps(cfg, tmp_path / "b.pt")
     work = run_path(tmp_path / "b.pt")
     state = torch.load(work, weights_only=False)
     with monkeypatch.context() as m:  # write it as a CUDA run would: every storage tagged cuda:0
