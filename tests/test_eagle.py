@@ -220,7 +220,24 @@ def test_a_reduced_readout_ranks_as_the_full_log_softmax():
     head = ReducedHead(full, torch.tensor([3, 7, 11, 20, 31, 42, 49]))
     feats = torch.randn(4, 16)
     with torch.no_grad():
-        v, i = EagleProposer._top(SimpleNamespace(readout=head), feats, 3)
+        v, i = EagleProposer._top(SimpleNamespace(readout=head, device=feats.device, draft_s=0.0), feats, 3)
         ref_v, ref_i = torch.log_softmax(head(feats).float(), dim=-1).topk(3, dim=-1)
     assert torch.equal(i, ref_i) and torch.allclose(v, ref_v, atol=1e-6)
     assert set(i.flatten().tolist()) <= {3, 7, 11, 20, 31, 42, 49}
+
+
+def test_the_readout_counts_as_proposing_time():
+    """The draft's readout through the LM head is proposing work: _top adds its time to the
+    proposer's draft_s (reported as draft_forward_s, the records' propose column)."""
+    import time
+    from types import SimpleNamespace
+
+    class Slow(torch.nn.Linear):
+        def forward(self, x):
+            time.sleep(0.05)
+            return super().forward(x)
+
+    prop = SimpleNamespace(readout=Slow(8, 20, bias=False), device=torch.device("cpu"), draft_s=0.0)
+    with torch.no_grad():
+        EagleProposer._top(prop, torch.randn(2, 8), 4)
+    assert prop.draft_s >= 0.05

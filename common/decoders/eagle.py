@@ -76,11 +76,17 @@ class EagleProposer(Proposer):
         """The ``k`` most likely next tokens of each feature row: (log-probabilities, token ids),
         each [q, k]. A reduced readout normalizes over its kept tokens only: every other logit is
         the dtype's minimum, whose exponential is exactly 0, so the values and ids are those of the
-        full-vocabulary log-softmax, for about a sixth of its work at 8,192 of 49,152 tokens."""
+        full-vocabulary log-softmax, for about a sixth of its work at 8,192 of 49,152 tokens.
+        Its time counts as proposing (``draft_s``): reading tokens through the target's LM head is
+        part of the draft's work, as a Medusa head's readout is part of its."""
+        t0 = device_clock(self.device)
         if isinstance(self.readout, ReducedHead) and k <= self.readout.keep.numel():
             v, i = torch.log_softmax(self.readout.proj(feats).float(), dim=-1).topk(k, dim=-1)  # [q, k]
-            return v, self.readout.keep[i]
-        return torch.log_softmax(self.readout(feats).float(), dim=-1).topk(k, dim=-1)  # over [q, V]
+            i = self.readout.keep[i]
+        else:
+            v, i = torch.log_softmax(self.readout(feats).float(), dim=-1).topk(k, dim=-1)  # over [q, V]
+        self.draft_s += device_clock(self.device) - t0
+        return v, i
 
     def propose(self, state: ProposerState) -> Proposal:
         hid = state.hidden[0]  # [k, H]: features of the last k committed positions
