@@ -153,6 +153,8 @@ def own_comparison(table) -> str:
 # steps, the prefill's wall time included): `step_ms` is the whole step; `target_ms` the target's
 # forwards, `propose_ms` the proposer's own work (a draft model's or EAGLE head's forwards, REST's
 # datastore lookups) and `other_ms` the rest (trees, masks, acceptance, cache bookkeeping, Python).
+# EAGLE's readout of its draft tokens through the LM head counts as proposing from code cbc85a5 on;
+# in records of older code (the `code_version` column of the records) it is inside `other_ms`.
 # A decoder below its limit loses the difference in `propose_ms` and `other_ms`. Proposers that
 # ride on the target's forward or read its states (Medusa's heads, prompt tokens, FIRP's maps) time
 # nothing of their own (0): their share is inside `target_ms` and `other_ms`. Blank where the
