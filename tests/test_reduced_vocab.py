@@ -152,8 +152,12 @@ def test_profiles_and_rule_params():
 
     p = load_profile(None, "embedded")
     cfg = from_profile(p)
+    import dataclasses
     rv = cfg.reduced_vocab
-    r = RuleParams(cfg, f".cache/components/{p.name}", p.model)
+    assert rv.compact_layers == 2  # the embedded profile sweeps the 2-layer small model too
+    # without the compact model: the aligned model with the full head and with the cut head
+    r = RuleParams(dataclasses.replace(cfg, reduced_vocab=dataclasses.replace(rv, compact_layers=None)),
+                   f".cache/components/{p.name}", p.model)
     s = r.reduced_settings()
     grid = cfg.task(rv.task).grid()
     assert len(s) == 2 * len(grid) and r.reduced_decoders().split(",")[0] == "vanilla"
@@ -161,9 +165,7 @@ def test_profiles_and_rule_params():
     assert s[label(f, b)]["small"] == r.reduced_source() == f".cache/components/{p.name}/bild_small_{rv.variant}/model"
     assert s[label(f, b) + f"_v{rv.keep}"]["small"] == r.reduced_dir()
     assert r.reduced_labels() == RuleParams.LABELS[rv.variant]
-    import dataclasses
-    cr = RuleParams(dataclasses.replace(cfg, reduced_vocab=dataclasses.replace(rv, compact_layers=2)),
-                    f".cache/components/{p.name}", p.model)
+    cr = RuleParams(cfg, f".cache/components/{p.name}", p.model)  # the profile's: with the compact model
     cs = cr.reduced_settings()
     assert len(cs) == 3 * len(grid) and cr.compact_suffix() == f"_l2v{rv.keep}"
     assert cs[label(f, b) + cr.compact_suffix()]["small"] == cr.compact_dir() != r.reduced_dir()
