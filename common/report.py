@@ -200,8 +200,8 @@ def step_times(records: list[dict]) -> pd.DataFrame:
     ``step_ms``: wall time (prefill included) per step; ``target_ms``: the target's forwards
     (``extra.target_forward_s``, the prefill's among them); ``propose_ms``: the proposer's own work
     (``extra.draft_forward_s``, a draft model's or draft head's forwards and EAGLE's readout, and
-    ``extra.retrieval_s``, REST's datastore lookups, one entry a step); ``other_ms``: the rest (building trees and masks,
-    acceptance, cache bookkeeping, Python). The three parts are blank (None) for a decoder whose
+    ``extra.retrieval_s``, REST's datastore lookups, one entry a step); ``other_ms``: the rest
+    (building trees and masks, acceptance, cache bookkeeping, Python). The three parts are blank (None) for a decoder whose
     records time no target forward (``vanilla``, transformers' own loops, pipelined workers).
     """
     rows = []

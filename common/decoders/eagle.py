@@ -77,8 +77,8 @@ class EagleProposer(Proposer):
         each [q, k]. A reduced readout normalizes over its kept tokens only: every other logit is
         the dtype's minimum, whose exponential is exactly 0, so the values and ids are those of the
         full-vocabulary log-softmax, for about a sixth of its work at 8,192 of 49,152 tokens.
-        Its time counts as proposing (``draft_s``): reading tokens through the target's LM head is
-        part of the draft's work, as a Medusa head's readout is part of its."""
+        Its time counts as proposing (``draft_s``): reading draft tokens through the target's LM
+        head is the draft's work, not the target's."""
         t0 = device_clock(self.device)
         if isinstance(self.readout, ReducedHead) and k <= self.readout.keep.numel():
             v, i = torch.log_softmax(self.readout.proj(feats).float(), dim=-1).topk(k, dim=-1)  # [q, k]
