@@ -15,7 +15,7 @@ distilled draft, BiLD's small models) is kept as the tensors that differ from th
 was cut from (``model/delta.safetensors``; the draft's 4 trained layers are 57 MB of its 170 MB,
 the rest is the base's embedding) and a manifest naming the base and a digest of every tensor
 taken from it (``model/delta.json``). ``restore`` rebuilds ``model.safetensors`` from the base
-(converted first: rule ``prepare_model``) and refuses a base whose tensors differ from the digests.
+(converted first: ``python -m common.models convert <name>``) and refuses a base whose tensors differ from the digests.
 The run state beside such a folder (``train.pt``, optimizer included) is not kept.
 
 ``restore`` never overwrites a checkpoint that is already in the cache, and gives the copies a
@@ -62,7 +62,7 @@ def _base_weights(base: str) -> Path:
     path = checkpoint_dir(base) / WEIGHTS
     if not path.is_file():
         raise UserError(f"base model {base!r} is not converted ({path} missing); convert it first: "
-                        f"python -m common.models {base} (or snakemake's rule prepare_model)")
+                        f"python -m common.models convert {base} (or snakemake's rule prepare_model)")
     return path
 
 
