@@ -279,7 +279,7 @@ def train_head(model, teacher: dict, out_dir: Path, cfg, stop, max_len: int = 38
     """Train a head on a teacher cache (``teacher``: what :func:`common.teacher.load_or_build`
     returns); writes ``out_dir/head.pt``, ``curve.jsonl`` and returns the stats."""
     from .records import write_json
-    from .training import train
+    from .training import chosen_row, train
 
     out_dir = Path(out_dir)
     train_data, held = from_teacher(teacher["train"]), from_teacher(teacher["heldout"])
@@ -318,7 +318,8 @@ def train_head(model, teacher: dict, out_dir: Path, cfg, stop, max_len: int = 38
     stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
              "train_wall_s": round(state.get("wall_s", 0.0), 1), "teacher_wall_s": teacher.get("wall_s"),
              "corpus": teacher.get("corpus"),
-             "stopped": state.get("stopped"), "final": state["curve"][-1] if state.get("curve") else None,
+             "stopped": state.get("stopped"), "chosen_step": state.get("chosen_step", state.get("step")),
+             "final": chosen_row(state),
              "params": sum(p.numel() for p in head.parameters()), "depth_acc_top1": [a[0] for a in acc],
              "tree_expected_accept_length": trees}
     write_json(out_dir / "stats.json", stats)

@@ -69,12 +69,19 @@ class Stopping:
             this long, counted across resumes; None: no budget. A run stopped by its budget
             continues when it is resumed with a larger one, and a run stopped flat continues
             when resumed with a rule under which its curve is not flat (e.g. more patience).
+        restore_best: when the run ends, publish the trainable weights of the evaluation with
+            the best ``metric`` (early stopping as the textbooks define it), not the last
+            step's: with patience the last ``patience`` evaluations are past the best by
+            construction, and at a learning rate still near its peak the held-out metric swings
+            between evaluations (the draft's top-1 fell 0.331 -> 0.283 over its last three).
+            The last weights stay in the run state, so a run that continues resumes from them.
     """
     eval_every: int
     patience: int = 3
     min_delta: float = 0.005
     metric: str = "heldout_top1"
     wall_budget_s: float | None = None
+    restore_best: bool = True
 
     def __post_init__(self):
         check_range("eval_every", self.eval_every, 1)
@@ -119,8 +126,10 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
             evaluation) in ``curve_path``.
         stop: when to end before ``cfg.epochs`` (:class:`Stopping`).
     Returns:
-        the per-step log. The checkpoint's ``curve`` and ``stopped`` (why training ended:
-        ``"flat"``, ``"wall budget"``, ``"epochs"`` or ``"max steps"``) are read with :func:`read_trained`.
+        the per-step log; ``module`` holds the published weights (with ``stop.restore_best``,
+        those of the best evaluation). The checkpoint's ``curve``, ``stopped`` (why training
+        ended: ``"flat"``, ``"wall budget"``, ``"epochs"`` or ``"max steps"``) and
+        ``chosen_step`` (the step whose weights it holds) are read with :func:`read_trained`.
     """
     if (evaluate is None) != (stop is None):
         raise UserError("train: evaluate and stop go together")
@@ -135,6 +144,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, warmup, cfg.schedule))
     identity = {"config": _identity_config(cfg), "meta": meta or {}, "n_examples": len(examples)}
     step, log, curve, wall, stopped, relabel = 0, [], [], 0.0, None, False
+    best = None  # {"step", "value", "params"}: the trainable weights of the best evaluation so far
     work = run_path(ckpt_path)
     source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
     # map to where the module lives: a run checkpoint from a lent GPU resumes on the CPU (and back)
@@ -150,7 +160,9 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         work.unlink()
         state = None
     if state is not None:
-        module.load_state_dict(state["module"])
+        # a finished run publishes its best weights; it continues (a raised budget) from its last
+        module.load_state_dict(state.get("last_module", state["module"]))
+        best = state.get("best")
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step, log = state["step"], state["log"]
@@ -165,17 +177,27 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
             stopped = None  # the rule was relaxed (e.g. more patience): the curve is not flat under it
     t_start = time.perf_counter() - wall  # wall time counts across resumes
 
+    def chosen() -> dict | None:
+        """The best evaluation's weights, when the run publishes those rather than its last."""
+        return best if stop is not None and stop.restore_best and best is not None and best["step"] != step else None
+
     def save():
         work.parent.mkdir(parents=True, exist_ok=True)
         done = step >= total or stopped is not None
-        state = {"identity": identity, "module": module.state_dict(), "optimizer": opt.state_dict(),
+        weights, extra = module.state_dict(), {}
+        if done and chosen() is not None:
+            extra = {"last_module": weights}
+            weights = {**weights, **best["params"]}
+        state = {"identity": identity, "module": weights, "optimizer": opt.state_dict(),
                  "scheduler": sched.state_dict(), "step": step, "log": log, "curve": curve,
-                 "wall_s": time.perf_counter() - t_start, "stopped": stopped, "done": done}
+                 "wall_s": time.perf_counter() - t_start, "stopped": stopped, "done": done, "best": best,
+                 "chosen_step": best["step"] if done and chosen() is not None else step, **extra}
         atomic_write(work, lambda tmp: torch.save(state, tmp), keep="the last checkpoint")
         if done:
             publish(work, ckpt_path)
 
     def run_eval():
+        nonlocal best
         module.eval()
         with torch.inference_mode():
             res = evaluate(module)
@@ -186,6 +208,10 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
                       "train_loss": sum(since) / len(since) if since else None, **res})
         if curve_path is not None:
             write_jsonl(curve_path, curve)
+        value = _scalar(res[stop.metric])
+        if stop.restore_best and (best is None or value >= best["value"]):  # a tie: the later, longer-trained one
+            best = {"step": step, "value": value,
+                    "params": {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}}
 
     module.train()
     if evaluate is not None and not curve and stopped is None:
@@ -227,10 +253,20 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     bar.close()
     if not ckpt_path.is_file() and work.is_file():
         publish(work, ckpt_path)  # a finished run whose published checkpoint was deleted (a rerun)
+    if chosen() is not None:
+        module.load_state_dict(best["params"], strict=False)  # what was published
     module.eval()
     if log_path is not None:
         write_jsonl(log_path, log)
     return log
+
+
+def chosen_row(state: dict) -> dict | None:
+    """The learning-curve row of the weights a finished checkpoint holds (``chosen_step``: the
+    best evaluation under ``Stopping.restore_best``; the last step for runs saved before it)."""
+    curve = state.get("curve") or []
+    step = state.get("chosen_step", state.get("step"))
+    return next((r for r in curve if r["step"] == step), curve[-1] if curve else None)
 
 
 def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConfig, started: float,
@@ -251,8 +287,8 @@ def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConf
     def heldout(row: dict) -> dict:
         return {k: v for k, v in row.items() if k.startswith("heldout")}
     return {"train_wall_s": time.perf_counter() - started, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
-            "steps": state["step"], "first_loss": log[0]["loss"] if log else None,
-            "final_loss": log[-1]["loss"] if log else None, "untrained": heldout(curve[0]), "final": heldout(curve[-1]),
+            "steps": state["step"], "chosen_step": state.get("chosen_step", state["step"]), "first_loss": log[0]["loss"] if log else None,
+            "final_loss": log[-1]["loss"] if log else None, "untrained": heldout(curve[0]), "final": heldout(chosen_row(state)),
             "stopping": asdict(stop), "config": asdict(cfg)}
 
 

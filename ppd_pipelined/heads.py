@@ -219,7 +219,8 @@ def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_p
         torch.save(h.state_dict(), tmp)
         os.replace(tmp, out_dir / f"head_l{l}.pt")
     return {"config": asdict(cfg), "train_config": asdict(train_config(cfg)), "meta": meta,
-            "steps": len(log), "train_tokens": sum(len(s["ids"]) - s["start"] for s in train_seqs),
+            "steps": len(log), "chosen_step": state.get("chosen_step", state["step"]),
+            "train_tokens": sum(len(s["ids"]) - s["start"] for s in train_seqs),
             "train_wall_s": state["wall_s"], "session_wall_s": wall, "stopped": state["stopped"],
             "final_loss": log[-1]["loss"] if log else None,
             "holdout_before": before, "holdout_after": after, "checkpoint": str(ckpt)}

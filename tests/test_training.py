@@ -154,6 +154,53 @@ def test_stops_on_a_flat_curve_not_on_a_rising_one(tmp_path):
     assert state["stopped"] == "max steps" and state["step"] == 30
 
 
+def recording(values, seen: dict):
+    """``synthetic(values)``, also keeping the module's weight at every evaluation (by step order)."""
+    scripted = synthetic(values)
+
+    def evaluate(m):
+        seen[len(seen)] = m.weight.detach().clone()
+        return scripted(m)
+    return evaluate
+
+
+def test_the_best_evaluation_is_published_and_a_continued_run_resumes_from_the_last(tmp_path):
+    from common.training import chosen_row, run_summary
+    cfg = TrainConfig(lr=0.05, epochs=10, batch_size=8, checkpoint_every=3)  # 50 steps at most
+    stop = Stopping(eval_every=5, patience=2, min_delta=0.01)
+    peaked = [0.1, 0.3, 0.5, 0.4, 0.45]  # evaluations at steps 0, 5, 10, 15, 20: best at 10, flat at 20
+    seen = {}
+    m = fresh()
+    log = train(m, DATA, loss_fn, cfg, tmp_path / "p.pt", evaluate=recording(peaked, seen), stop=stop)
+    state = read_trained(tmp_path / "p.pt")
+    assert state["stopped"] == "flat" and state["step"] == 20 and state["chosen_step"] == 10
+    assert torch.equal(state["module"]["weight"], seen[2]) and torch.equal(state["last_module"]["weight"], seen[4])
+    assert torch.equal(m.weight, seen[2])  # the caller's module holds what was published
+    assert chosen_row(state)["heldout_top1"] == 0.5
+    stats = run_summary(tmp_path / "p.pt", log, stop, cfg, time.perf_counter())
+    assert stats["final"]["heldout_top1"] == 0.5 and stats["chosen_step"] == 10 and stats["steps"] == 20
+    loaded = fresh()
+    load_trained(loaded, tmp_path / "p.pt")
+    assert torch.equal(loaded.weight, seen[2])
+
+    last = fresh()  # restore_best off: the last step's weights, as before
+    train(last, DATA, loss_fn, cfg, tmp_path / "l.pt", evaluate=synthetic(peaked),
+          stop=dataclasses.replace(stop, restore_best=False))
+    plain = read_trained(tmp_path / "l.pt")
+    assert plain["chosen_step"] == 20 and torch.equal(plain["module"]["weight"], seen[4]) and "last_module" not in plain
+
+    # more patience: the curve is not flat under it, so the run continues from its last weights
+    # (not the published best) and ends as a run that had that patience from the start
+    rising = [0.6 + 0.05 * i for i in range(6)]
+    more = Stopping(eval_every=5, patience=4, min_delta=0.01)
+    train(fresh(), DATA, loss_fn, cfg, tmp_path / "p.pt", evaluate=synthetic(rising), stop=more)
+    straight = fresh()
+    train(straight, DATA, loss_fn, cfg, tmp_path / "s.pt", evaluate=synthetic(peaked + rising), stop=more)
+    a, b = read_trained(tmp_path / "p.pt"), read_trained(tmp_path / "s.pt")
+    assert a["step"] == b["step"] == 50 and a["chosen_step"] == b["chosen_step"] == 50
+    torch.testing.assert_close(a["module"]["weight"], b["module"]["weight"], rtol=0, atol=0)
+
+
 def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
     cfg = TrainConfig(lr=0.05, epochs=10, batch_size=8)
 
