@@ -38,8 +38,10 @@ def test_before_after_reads_each_side_from_its_commit(tmp_path):
     write(repo, "results/x/raw/untouched.jsonl", [bench("vanilla", "1", 10, 10, 1.0)])
     commit(repo, "before")
     write(repo, "results/x/raw/heads_curve.jsonl", [{"step": 10, "examples_seen": 40, "heldout_top1": [0.2, 0.1]},
-                                                    {"step": 90, "examples_seen": 360, "heldout_top1": [0.45, 0.2]}])
-    (repo / "results/x/raw/heads_stats.json").write_text(json.dumps({"stopped": "flat"}))
+                                                    {"step": 90, "examples_seen": 360, "heldout_top1": [0.45, 0.2]},
+                                                    {"step": 120, "examples_seen": 480, "heldout_top1": [0.4, 0.2]}])
+    # early stopping kept the weights of step 90: that evaluation is the component's, not the last
+    (repo / "results/x/raw/heads_stats.json").write_text(json.dumps({"stopped": "flat", "chosen_step": 90}))
     write(repo, "results/x/raw/bench_g.jsonl", [bench("vanilla", "1", 10, 10, 1.0), bench("m", "1", 10, 4, 0.5)])
     commit(repo, "after")
 
@@ -48,7 +50,7 @@ def test_before_after_reads_each_side_from_its_commit(tmp_path):
     text = out.read_text()
     comp = tool.components("HEAD~1", "HEAD", tool.changed("HEAD~1", "HEAD"))
     row = comp.set_index("component").loc["x/raw/heads"]
-    assert (row.top1_before, row.top1_after, row.examples_after, row.stopped_after) == (0.2, 0.45, 360, "flat")
+    assert (row.top1_before, row.top1_after, row.examples_after, row.stopped_after) == (0.2, 0.45, 480, "flat")
     b = tool.benchmarks("HEAD~1", "HEAD", tool.changed("HEAD~1", "HEAD")).set_index("decoder")
     assert b.loc["m", "tau_before"] == 2.0 and b.loc["m", "tau_after"] == 2.5
     assert b.loc["m", "speedup_before"] == pytest.approx(1.25) and b.loc["m", "speedup_after"] == pytest.approx(2.0)

@@ -3,7 +3,8 @@
     python tools/before_after.py BEFORE AFTER [--out note.md]
 
 For every learning curve (``results/**/*_curve.jsonl``) that differs between the two commits:
-the held-out top-1 at its last evaluation (the first head's or first distance's where a
+the held-out top-1 of the weights it kept (the evaluation at its stats' ``chosen_step`` where
+early stopping kept the best one, else the last; the first head's or first distance's where a
 component predicts several; PPD's heads: their match rate), the examples and steps it trained
 for, and why it stopped (its ``*_stats.json``). For every benchmark record file
 (``results/**/raw/*.jsonl`` whose records carry ``common.report.BENCH_FIELDS``) that differs:
@@ -49,12 +50,15 @@ def changed(before: str, after: str) -> list[str]:
                   if p.endswith(".jsonl"))
 
 
-def last_top1(curve: list[dict]) -> float | None:
-    """The held-out top-1 of a curve's last evaluation (the first head's where there are several)."""
+def kept_top1(curve: list[dict], stats: dict) -> float | None:
+    """The held-out top-1 of the evaluation whose weights the component kept (``chosen_step``
+    of its stats; the last evaluation where there is none), the first head's where there are
+    several."""
     if not curve:
         return None
-    last = curve[-1]
-    v = last.get("heldout_top1", last.get("heldout_match"))
+    step = stats.get("chosen_step")
+    row = next((r for r in curve if r.get("step") == step), curve[-1])
+    v = row.get("heldout_top1", row.get("heldout_match"))
     return v[0] if isinstance(v, list) else v
 
 
@@ -64,9 +68,10 @@ def components(before: str, after: str, paths: list[str]) -> pd.DataFrame:
         b, a = jsonl(show(before, p)), jsonl(show(after, p))
         if not (a and "step" in a[-1]) and not (b and "step" in b[-1]):
             continue  # not a learning curve (the cost curve)
-        stats = json.loads(show(after, p.removesuffix("_curve.jsonl") + "_stats.json") or "{}")
+        stats_path = p.removesuffix("_curve.jsonl") + "_stats.json"
+        stats_b, stats = (json.loads(show(rev, stats_path) or "{}") for rev in (before, after))
         rows.append({"component": p.removeprefix("results/").removesuffix("_curve.jsonl"),
-                     "top1_before": last_top1(b), "top1_after": last_top1(a),
+                     "top1_before": kept_top1(b, stats_b), "top1_after": kept_top1(a, stats),
                      "examples_before": b[-1].get("examples_seen") if b else None,
                      "examples_after": a[-1].get("examples_seen") if a else None,
                      "steps_after": a[-1].get("step") if a else None, "stopped_after": stats.get("stopped", "")})
@@ -112,7 +117,7 @@ def main(argv=None) -> None:
             sys.exit(f"error: {rev!r} is not a commit of this repository; valid: a branch, tag or commit hash")
     paths = changed(args.before, args.after)
     text = (f"# Before ({args.before}) / after ({args.after})\n\n## Trained components: held-out top-1 "
-            f"at the last evaluation\n\n{to_markdown(components(args.before, args.after, paths))}\n\n"
+            f"of the kept weights (chosen_step)\n\n{to_markdown(components(args.before, args.after, paths))}\n\n"
             f"## Benchmarks: mean accepted length and speedup over vanilla in the same run\n\n"
             f"{to_markdown(benchmarks(args.before, args.after, paths))}\n")
     if args.out:
