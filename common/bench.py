@@ -204,10 +204,13 @@ def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
 
 def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
     """Where ``--resume`` keeps the completed prompts of a run writing ``args.out``, and the
-    settings a continuation must share (everything that changes a record but the code)."""
+    settings a continuation must share (everything that changes a record but the code). The
+    hardware is one of them: a run's speedups are means over its prompts, so a continuation on
+    another machine (a later session may get another CPU) would mix two machines' timings."""
     identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "template", "max_new_tokens", "max_prompt_tokens",
                                               "truncate", "dtype", "device", "threads", "stock", "profile")}
-    return ResumeLog.for_output(args.out, {**identity, "decoders": names, "decoder_config": cfgs})
+    return ResumeLog.for_output(args.out, {**identity, "hardware": describe(args.device), "decoders": names,
+                                           "decoder_config": cfgs})
 
 
 def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:

@@ -85,3 +85,25 @@ def test_resume_log_keeps_units_drops_a_torn_tail_and_refuses_other_settings(tmp
         ResumeLog(path, {"n": 5, "decoders": {"vanilla": "vanilla"}}).load()
     again.remove()
     assert not path.exists()
+
+
+def test_bench_resume_is_refused_on_other_hardware(tmp_path, monkeypatch):
+    """A benchmark's resume log names the machine: a later session on another CPU does not
+    continue it (its means would mix two machines' timings), it is told to start afresh."""
+    import argparse
+
+    from common import bench
+    from common.errors import UserError
+
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))
+    args = argparse.Namespace(model="m", dataset="mt-bench", prompts=None, n=4, template="chat", max_new_tokens=8,
+                              max_prompt_tokens=512, truncate=None, dtype="float32", device="cpu", threads=2,
+                              stock=False, profile="embedded", out=str(tmp_path / "bench.jsonl"))
+    monkeypatch.setattr(bench, "describe", lambda device: "cpu: AMD EPYC (family 26 model 2) (2 threads)")
+    log = bench.resume_log(args, {"vanilla": "vanilla"}, {})
+    log.load()
+    log.append("81", [{"decoder": "vanilla", "tokens": [1]}])
+    assert bench.resume_log(args, {"vanilla": "vanilla"}, {}).load() == {"81": [{"decoder": "vanilla", "tokens": [1]}]}
+    monkeypatch.setattr(bench, "describe", lambda device: "cpu: Intel(R) Xeon(R) Processor (family 6 model 167) (2 threads)")
+    with pytest.raises(UserError, match="other settings"):
+        bench.resume_log(args, {"vanilla": "vanilla"}, {}).load()
