@@ -26,7 +26,7 @@ from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, code_version, describe
 from .models import load_model
 from .prompts import TEMPLATES, TRUNCATE, fit_prompt
-from .records import JsonlWriter, ResumeLog
+from .records import JsonlWriter, ResumeLog, content_digest
 from .report import AA_LABEL, summarize
 
 STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
@@ -213,6 +213,12 @@ def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
                                            "decoder_config": cfgs})
 
 
+def component_digests(cfg: dict) -> dict[str, str]:
+    """``{option: content digest}`` of the decoder options that name a file or folder (a draft,
+    heads, a datastore): which weights a record decoded with, beyond their cache path."""
+    return {k: content_digest(v) for k, v in sorted(cfg.items()) if isinstance(v, str) and Path(v).exists()}
+
+
 def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     resume = resume_log(args, {k: d.name for k, d in decoders.items()}, cfgs) if args.resume else None
     done = resume.load() if resume else {}
@@ -225,6 +231,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
             "code_version": code_version(), "forward_path": "stock" if args.stock else "fast",
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
+    components = {label: component_digests(cfgs.get(label, {})) for label in decoders}
     records = []
     with JsonlWriter(args.out) as out:
         for s, (ids, full) in tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt"):
@@ -242,7 +249,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                        "new_tokens": st["new_tokens"], "steps": st["steps"],
                        "accept_lengths": st["accept_lengths"], "wall_time": st["wall_time"],
                        "peak_mem_bytes": mem.peak, "prompt_tokens": int(ids.shape[1]), **meta,
-                       "decoder_config": cfgs.get(name, {}),
+                       "decoder_config": cfgs.get(name, {}), "components": components[name],
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
                 if d.tokenizer is not None:  # quality metrics read text, not ids (notebooks load no tokenizer)
                     rec["text"] = d.tokenizer.decode(o.tokens, skip_special_tokens=True)

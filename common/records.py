@@ -184,3 +184,21 @@ class ResumeLog:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def content_digest(path) -> str:
+    """A short digest of a trained component's content: ``sha256`` over every file under
+    ``path`` (or of ``path`` itself), each with its relative name, in sorted order; 16 hex digits.
+
+    Benchmark records name a component by its cache path, and a later session may retrain it
+    there (on another CPU a retraining is close but not bit-identical): the digest says whether
+    two records decoded with the same weights."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]

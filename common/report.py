@@ -103,6 +103,34 @@ def noise_line(runs: dict[str, list[dict]], baseline: str = "vanilla") -> str:
     return "; ".join(parts)
 
 
+def components_line(runs: dict[str, list[dict]]) -> str:
+    """Which trained weights these runs (name -> records) decoded with: per decoder option that
+    names a component (records' ``components``: content digests, :func:`common.records.content_digest`),
+    one digest when every run used the same weights, else each run's. Runs span sessions, and a
+    component retrained in between is close but not bit-identical; records written before the
+    digests existed are named as such."""
+    seen: dict[str, dict[str, set]] = {}   # "decoder.option" -> run -> digests
+    undigested = set()
+    for name, recs in runs.items():
+        for r in recs:
+            if "components" not in r:
+                if r.get("decoder_config"):
+                    undigested.add(name)
+                continue
+            for opt, digest in r["components"].items():
+                seen.setdefault(f"{r['decoder']}.{opt}", {}).setdefault(name, set()).add(digest)
+    parts = []
+    for key, per_run in sorted(seen.items()):
+        digests = set().union(*per_run.values())
+        if len(digests) == 1:
+            parts.append(f"{key} {next(iter(digests))} (every run)")
+        else:
+            parts.append(f"{key} differs: " + ", ".join(f"{n} {'/'.join(sorted(d))}" for n, d in sorted(per_run.items())))
+    if undigested:
+        parts.append("no digests in " + ", ".join(sorted(undigested)))
+    return "; ".join(parts) if parts else "no trained components"
+
+
 def within_noise(a: float, b: float, spread: float | None) -> bool:
     """Do two speedups of one run differ by no more than its A/A spread (relative)? False when
     the run has no A/A pair: then the noise is unknown, and the table says so."""

@@ -107,3 +107,25 @@ def test_bench_resume_is_refused_on_other_hardware(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "describe", lambda device: "cpu: Intel(R) Xeon(R) Processor (family 6 model 167) (2 threads)")
     with pytest.raises(UserError, match="other settings"):
         bench.resume_log(args, {"vanilla": "vanilla"}, {}).load()
+
+
+def test_content_digest_names_the_weights_not_the_path(tmp_path):
+    """Records name a component by path; the digest tells a retrained one from the one before."""
+    from common.bench import component_digests
+    from common.records import content_digest
+
+    a = tmp_path / "a" / "model"
+    a.mkdir(parents=True)
+    (a / "config.json").write_text("{}")
+    (a / "model.safetensors").write_bytes(b"\x00" * 64)
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "model").mkdir()
+    (b / "model" / "config.json").write_text("{}")
+    (b / "model" / "model.safetensors").write_bytes(b"\x00" * 64)
+    assert content_digest(a) == content_digest(b / "model")     # same content elsewhere: same digest
+    (b / "model" / "model.safetensors").write_bytes(b"\x00" * 63 + b"\x01")
+    assert content_digest(a) != content_digest(b / "model")     # retrained weights: another digest
+    assert len(content_digest(a / "config.json")) == 16
+    got = component_digests({"draft": str(a), "gamma": 4, "mode": "static", "heads": str(tmp_path / "absent")})
+    assert got == {"draft": content_digest(a)}                  # only options that name something on disk

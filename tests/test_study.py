@@ -35,3 +35,24 @@ def test_a_component_without_a_training_record_is_one_error():
     raw["study"] = {**raw["study"], "stats": {k: v for k, v in raw["study"]["stats"].items() if k != "eagle"}}
     with pytest.raises(UserError, match="no training record for eagle"):
         study_stats(dataclasses.replace(P, raw=raw))
+
+
+def test_components_line_says_whether_every_run_decoded_with_the_same_weights():
+    from common.report import components_line
+
+    def rec(decoder, digest=None, cfg=None):
+        r = {"decoder": decoder, "decoder_config": cfg or {}}
+        if digest is not None:
+            r["components"] = {"draft": digest}
+        return r
+
+    same = {"humaneval": [rec("vanilla", None), rec("speculative", "aaaa")],
+            "sharegpt-math": [rec("speculative", "aaaa")]}
+    for r in same["humaneval"][:1]:
+        r["components"] = {}
+    assert components_line(same) == "speculative.draft aaaa (every run)"
+    differ = {"humaneval": [rec("speculative", "aaaa")], "sharegpt-math": [rec("speculative", "bbbb")]}
+    assert components_line(differ) == "speculative.draft differs: humaneval aaaa, sharegpt-math bbbb"
+    old = {"mt-bench": [{"decoder": "speculative", "decoder_config": {"draft": "x"}}]}
+    assert components_line(old) == "no digests in mt-bench"
+    assert components_line({"mt-bench": [{"decoder": "vanilla", "decoder_config": {}}]}) == "no trained components"

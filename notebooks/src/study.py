@@ -25,8 +25,8 @@ from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, ch
                            placeholder, study_section)
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import (aa_spread, check_decoders, cost_of, curve_fits, limits, noise_line, provenance,
-                           step_positions, summarize, write_table)
+from common.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, limits, noise_line,
+                           provenance, step_positions, summarize, write_table)
 from common.specbench import category_of, export
 
 base = Path(results_root) / package
@@ -50,6 +50,7 @@ decoders = [d for d in dict.fromkeys(r["decoder"] for r in records) if d != "van
 categories = list(dict.fromkeys(r["category"] for r in records))
 meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(f"cross/raw/study_{d}.jsonl" for d in runs)}
 meta["noise"] = noise_line(runs)
+meta["components"] = components_line(runs)  # the datasets run in several sessions: the same weights in each?
 staged = Staged({"tables": base / "tables", "figures": base / "figures", "specbench": base / "specbench"})
 meta
 
