@@ -1,0 +1,114 @@
+"""Where the cross-method study stands: which datasets' runs are done, partial or not started.
+
+The study (config ``study``; docs/study.md) is one benchmark job per dataset and spans several
+sessions, so a researcher picking it up needs to know what is left, on which machine the
+finished runs were made, whether they decoded with the same trained weights, and roughly how long
+the rest will take:
+
+    python tools/study_status.py [--profile embedded]
+
+Per dataset: ``done`` (its record ``<results>/cross/raw/study_<dataset>.jsonl`` exists; the
+hardware and code version it names), ``partial`` (a resume log under ``.cache/resume/``: how many
+prompts are finished, on which hardware; only that hardware may continue it), or ``not started``.
+The estimate of what is left is rough: seconds per prompt (every decoder's wall time summed) of the
+finished prompts of the same dataset where there are some, else their mean over the other
+datasets; long-prompt datasets take longer than that mean.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from common.config import load_profile, study_section  # noqa: E402
+from common.data import load_dataset_samples  # noqa: E402
+from common.errors import cli_main  # noqa: E402
+from common.records import ResumeLog, read_jsonl  # noqa: E402
+from common.report import components_line  # noqa: E402
+
+
+def _per_prompt_s(records: list[dict]) -> float:
+    """Seconds per prompt: every decoder's wall time of a prompt summed, averaged over prompts (nan: none)."""
+    by_q: dict[str, float] = {}
+    for r in records:
+        by_q[r["question_id"]] = by_q.get(r["question_id"], 0.0) + r["wall_time"]
+    return sum(by_q.values()) / len(by_q) if by_q else float("nan")
+
+
+def _partial(out: Path) -> tuple[dict, list[dict]] | None:
+    """A resume log's identity and the records of its finished prompts (None: no log)."""
+    path = ResumeLog.for_output(out, {}).path
+    if not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    identity = json.loads(lines[0]).get("identity", {}) if lines else {}
+    records = []
+    for line in lines[1:]:
+        try:
+            records.extend(json.loads(line)["records"])
+        except json.JSONDecodeError:
+            break  # torn by a kill: the run redoes that prompt
+    return identity, records
+
+
+def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
+    """``(one row per dataset, the components line)``."""
+    P = load_profile(None, profile)
+    datasets = study_section(P)["bench"]["datasets"]
+    results = root / P.results_root
+    rows, runs = [], {}
+    for ds, n in datasets.items():
+        out = results / "cross" / "raw" / f"study_{ds}.jsonl"
+        row = {"dataset": ds, "prompts": len(load_dataset_samples(ds, n=n))}  # a source may have fewer than n
+        if out.is_file():
+            recs = read_jsonl(out)
+            runs[ds] = recs
+            row.update(state="done", finished=len({r["question_id"] for r in recs}),
+                       hardware="; ".join(sorted({r["device"] for r in recs})),
+                       code=", ".join(sorted({r["code_version"] for r in recs})), s_per_prompt=_per_prompt_s(recs))
+        elif (part := _partial(out)) is not None:
+            identity, recs = part
+            if recs:
+                runs[ds] = recs
+            row.update(state="partial", finished=len({r["question_id"] for r in recs}),
+                       hardware=identity.get("hardware", "(not named: a log from before the hardware was)"),
+                       code=", ".join(sorted({r["code_version"] for r in recs})), s_per_prompt=_per_prompt_s(recs))
+        else:
+            row.update(state="not started", finished=0, hardware="", code="", s_per_prompt=float("nan"))
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    known = table.s_per_prompt.dropna()
+    mean = float(known.mean()) if len(known) else None
+    table["s_per_prompt"] = table.s_per_prompt.astype(float)
+    left = []
+    for _, r in table.iterrows():
+        per = r.s_per_prompt if not pd.isna(r.s_per_prompt) else mean
+        todo = 0 if r.state == "done" else r.prompts - r.finished
+        left.append(0.0 if todo == 0 else float("nan") if per is None else todo * per / 60)
+    table["min_left_est"] = left
+    return table, components_line(runs) if runs else "no runs yet"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="embedded", help="the profile whose study to report (default: embedded)")
+    args = ap.parse_args(argv)
+    table, comps = status(args.profile)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+    total = table.min_left_est.sum(min_count=1)
+    print(f"\nleft (rough estimate): {'unknown' if pd.isna(total) else f'{total:.0f} min'} of machine time, "
+          f"one dataset per job, each alone on the machine")
+    print(f"components: {comps}")
+    done = int((table.state == "done").sum())
+    if done < len(table):
+        print(f"the study's artifacts stay pending until every dataset's record exists ({done} of {len(table)})")
+
+
+if __name__ == "__main__":
+    cli_main(main)
