@@ -22,13 +22,15 @@ def test_keep_strips_run_state_and_restore_puts_it_back(tmp_path, monkeypatch, c
     save_trained(lin, ckpt, {"hidden": 3})
     state = torch.load(ckpt, weights_only=False)
     state["optimizer"] = {"big": torch.zeros(100)}
+    state["best"] = {"step": 4, "value": 0.5, "params": {"weight": torch.zeros(2, 3)}}  # restore_best's run state
+    state["last_module"] = {"weight": torch.ones(2, 3)}
     torch.save(state, ckpt)
     (ckpt.parent / "tree_16.json").write_text("{}")
 
     tool.keep("pkg", ["maps/main"], "embedded", root=tmp_path)
     kept = tmp_path / "results" / "pkg" / "checkpoints" / "embedded" / "maps" / "main" / "maps.pt"
     k = read_trained(kept)
-    assert "optimizer" not in k and torch.equal(k["module"]["weight"], lin.state_dict()["weight"])
+    assert not {"optimizer", "best", "last_module"} & set(k) and torch.equal(k["module"]["weight"], lin.state_dict()["weight"])
 
     assert (kept.parent / "tree_16.json").read_text() == "{}"
     ckpt.unlink()

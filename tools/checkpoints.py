@@ -32,7 +32,9 @@ from common.errors import UserError  # noqa: E402
 from common.models import cache_root  # noqa: E402
 from common.training import read_trained  # noqa: E402
 
-RUN_STATE = ("optimizer", "scheduler")  # what only a resumed run reads
+# what only a resumed run reads: the optimizer's state, and (restore_best) the best evaluation's
+# weights and the last step's, which a finished checkpoint's "module" already publishes one of
+RUN_STATE = ("optimizer", "scheduler", "best", "last_module")
 
 
 def kept_dir(package: str, profile: str, root: Path = ROOT) -> Path:
