@@ -186,18 +186,40 @@ class ResumeLog:
         self.path.unlink(missing_ok=True)
 
 
+# Files of a component folder that no decoder reads: a training's run state (``*.run``), the
+# atomic writers' temporaries, logs and curves, the training record. A kept copy
+# (tools/checkpoints.py) lacks or rewrites them, and must digest like the trained original.
+NOT_DECODED = ("*.run", "*.partial", "*.jsonl", "stats.json")
+
+
 def content_digest(path) -> str:
-    """A short digest of a trained component's content: ``sha256`` over every file under
-    ``path`` (or of ``path`` itself), each with its relative name, in sorted order; 16 hex digits.
+    """A short digest of what a decoder loads from a trained component: ``sha256`` over the
+    files under ``path`` (or ``path`` itself) in sorted order, each with its relative name, where a
+    training checkpoint (``*.pt`` holding ``module``) counts by its published weights alone
+    (name, dtype, shape and bytes of each tensor: the optimizer and restore_best's state that a
+    kept copy drops do not count), any other file by its bytes, and the files no decoder reads
+    (:data:`NOT_DECODED`) not at all; 16 hex digits.
 
     Benchmark records name a component by its cache path, and a later session may retrain it
-    there (on another CPU a retraining is close but not bit-identical): the digest says whether
-    two records decoded with the same weights."""
+    there (on another CPU a retraining is close but not bit-identical) or restore the kept copy:
+    the digest says whether two records decoded with the same weights."""
+    import torch  # here: records are read by notebooks that need no torch
+
     path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not any(p.match(g) for g in NOT_DECODED))
+    else:
+        files = [path]
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode() + b"\0")
+        state = torch.load(f, map_location="cpu", mmap=True, weights_only=False) if f.suffix == ".pt" else None
+        if isinstance(state, dict) and isinstance(state.get("module"), dict):
+            for name, t in sorted(state["module"].items()):
+                t = t.detach().contiguous()
+                h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode() + b"\0")
+                h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+            continue
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)

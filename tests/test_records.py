@@ -129,3 +129,32 @@ def test_content_digest_names_the_weights_not_the_path(tmp_path):
     assert len(content_digest(a / "config.json")) == 16
     got = component_digests({"draft": str(a), "gamma": 4, "mode": "static", "heads": str(tmp_path / "absent")})
     assert got == {"draft": content_digest(a)}                  # only options that name something on disk
+
+
+def test_content_digest_counts_published_weights_so_a_kept_copy_digests_like_the_original(tmp_path):
+    """A training's checkpoint folder (optimizer state, restore_best's copies, the run state,
+    logs) and the kept copy tools/checkpoints.py makes of it hold the same weights: one digest."""
+    import torch
+
+    from common.records import content_digest
+
+    module = {"w": torch.arange(6, dtype=torch.float32).view(2, 3), "b": torch.zeros(2, dtype=torch.bfloat16)}
+    trained, kept = tmp_path / "cache" / "eagle", tmp_path / "kept" / "eagle"
+    trained.mkdir(parents=True)
+    kept.mkdir(parents=True)
+    torch.save({"module": module, "optimizer": {"m": torch.ones(6)}, "best": {"params": module}, "step": 9},
+               trained / "head.pt")
+    (trained / "head.pt.run").write_bytes(b"run state")
+    (trained / "curve.jsonl").write_text('{"step": 9}\n')
+    (trained / "stats.json").write_text('{"wall": 1}')
+    (trained / "tree_8.json").write_text("[[0]]")
+    torch.save({"module": {k: v.clone() for k, v in module.items()}, "step": 9}, kept / "head.pt")
+    (kept / "stats.json").write_text('{"wall": 1, "kept": true}')
+    (kept / "tree_8.json").write_text("[[0]]")
+    assert content_digest(trained) == content_digest(kept)
+    (kept / "tree_8.json").write_text("[[0, 1]]")                     # what decoding reads beside the weights
+    assert content_digest(trained) != content_digest(kept)
+    (kept / "tree_8.json").write_text("[[0]]")
+    module["w"][0, 0] = 1e-7                                          # one weight apart
+    torch.save({"module": module, "step": 9}, kept / "head.pt")
+    assert content_digest(trained) != content_digest(kept)
