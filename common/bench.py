@@ -232,7 +232,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
         d.generate(prompts[0][0], min(8, args.max_new_tokens))
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
-            "code_version": getattr(args, "code_version", None) or code_version(), "forward_path": "stock" if args.stock else "fast",
+            "code_version": args.code_version, "forward_path": "stock" if args.stock else "fast",
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
     components = {label: component_digests(cfgs.get(label, {})) for label in decoders}
     records = []
