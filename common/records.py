@@ -152,24 +152,32 @@ class ResumeLog:
         path = cache_root() / "resume" / f"{hashlib.sha1(out.encode()).hexdigest()[:12]}_{Path(out).name}"
         return cls(path, {**identity, "out": out})
 
+    @staticmethod
+    def read(path: Path) -> tuple[dict | None, dict]:
+        """``(identity, {key: records})`` of a log as it stands, without starting or checking it
+        (``(None, {})`` where there is none); a torn last line is left out."""
+        if not Path(path).is_file():
+            return None, {}
+        lines = Path(path).read_text().splitlines()
+        try:
+            head = json.loads(lines[0]) if lines else {}
+        except json.JSONDecodeError:
+            head = {}
+        done: dict = {}
+        for line in lines[1:]:
+            try:
+                unit = json.loads(line)
+            except json.JSONDecodeError:
+                break  # torn by a kill mid-write: that unit is simply redone
+            done[unit["key"]] = unit["records"]
+        return head.get("identity"), done
+
     def load(self) -> dict:
         """``{key: records}`` of the completed units (empty for a fresh run); starts the log."""
-        done: dict = {}
-        if self.path.is_file():
-            lines = self.path.read_text().splitlines()
-            try:
-                head = json.loads(lines[0]) if lines else {}
-            except json.JSONDecodeError:
-                head = {}
-            if head.get("identity") != self.identity:
-                raise UserError(f"{self.path} holds a partial run with other settings ({head.get('identity')}); "
-                                f"delete it to start afresh, or rerun with those settings to resume it")
-            for line in lines[1:]:
-                try:
-                    unit = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # torn by a kill mid-write: that unit is simply redone
-                done[unit["key"]] = unit["records"]
+        identity, done = self.read(self.path)
+        if self.path.is_file() and identity != self.identity:
+            raise UserError(f"{self.path} holds a partial run with other settings ({identity}); "
+                            f"delete it to start afresh, or rerun with those settings to resume it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "w") as fh:  # rewritten clean (a torn tail removed)
             fh.write(json.dumps({"identity": self.identity}) + "\n")

@@ -17,7 +17,6 @@ datasets; long-prompt datasets take longer than that mean.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -46,15 +45,8 @@ def _partial(out: Path) -> tuple[dict, list[dict]] | None:
     path = ResumeLog.for_output(out, {}).path
     if not path.is_file():
         return None
-    lines = path.read_text().splitlines()
-    identity = json.loads(lines[0]).get("identity", {}) if lines else {}
-    records = []
-    for line in lines[1:]:
-        try:
-            records.extend(json.loads(line)["records"])
-        except json.JSONDecodeError:
-            break  # torn by a kill: the run redoes that prompt
-    return identity, records
+    identity, done = ResumeLog.read(path)
+    return identity or {}, [r for recs in done.values() for r in recs]
 
 
 def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
