@@ -482,9 +482,18 @@ def study_stats(profile: Profile) -> list[str]:
     return [study["stats"][n] for n in named]
 
 
+def kept_cost_curves(profile: Profile) -> list[str]:
+    """The hosts whose cost curves are kept under ``<results root>/cross/raw/cost_curves/`` (file
+    stems), for ``{kept_cost_curves}``: ``cost_curve`` measures the host it runs on, and a
+    benchmark record is read against its own host's curve, so the curves of the hosts earlier
+    records ran on are kept beside it (``tools/cost_curves.py keep``). Committed records, listed
+    as they are on disk: none in a fresh results root."""
+    return sorted(p.stem for p in (Path(profile.results_root) / "cross" / "raw" / "cost_curves").glob("*.jsonl"))
+
+
 # artifact-pattern names computed from the config rather than read at a dotted path
 _COMPUTED = {"cross_components": cross_components, "cross_joined": cross_joined, "study_labels": study_labels,
-             "study_stats": study_stats}
+             "study_stats": study_stats, "kept_cost_curves": kept_cost_curves}
 
 
 def _values(profile: Profile, path: str) -> list[str]:

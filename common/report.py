@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .config import AA_LABEL  # noqa: F401  (the A/A pair's label; re-exported for the notebooks)
+from .records import read_jsonl
 
 # How a missing cell prints in a markdown table (never "nan").
 MISSING = "—"
@@ -137,15 +138,45 @@ def within_noise(a: float, b: float, spread: float | None) -> bool:
     return spread is not None and abs(a - b) <= spread * max(abs(a), abs(b))
 
 
+def cost_curve_paths(inputs: Iterable[str | Path]) -> list[Path]:
+    """The cost-curve files among an artifact's declared inputs, the rule's own first: the
+    ``cost_curve`` rule's ``cross/raw/cost_curve.jsonl`` (the latest host it ran on), then the
+    curves kept from other hosts under ``cross/raw/cost_curves/`` (``tools/cost_curves.py keep``)."""
+    paths = [Path(p) for p in inputs]
+    return ([p for p in paths if p.name == "cost_curve.jsonl"]
+            + sorted(p for p in paths if p.parent.name == "cost_curves" and p.suffix == ".jsonl"))
+
+
+def read_cost_curves(paths: Iterable[str | Path]) -> list[dict]:
+    """The records of several cost-curve files as one list holding one curve per device: a
+    device's records come from the first file that has it (:func:`cost_curve_paths` puts the
+    rule's latest measurement first), so a kept copy never doubles a host's points."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    for p in paths:
+        recs = read_jsonl(p)
+        devices = {r.get("device") for r in recs}
+        out += [r for r in recs if r.get("device") not in seen]
+        seen |= devices
+    return out
+
+
 def cost_of(curve: list[dict], forward_path: str = "fast", device: str | None = None):
     """``q -> T(q) / T(1)`` from :mod:`common.cost` records of one forward path: linear in
     ``q`` between measured points (beyond the last, along the last segment).
 
     ``device``: the hardware the curve must have been measured on (the benchmark records' own
-    ``device``); a curve of other hardware is a ValueError, never silently applied."""
-    if device is not None and not curve_fits(curve, device):
-        raise ValueError(f"the cost curve was measured on {sorted({r.get('device') for r in curve})}, "
-                         f"not on {device!r} where the records were: rerun the cost curve there")
+    ``device``); only that device's records are read (``curve`` may hold several hosts' curves),
+    and a curve of other hardware is a ValueError, never silently applied. Without ``device``
+    the records must be one device's."""
+    if device is not None:
+        if not curve_fits(curve, device):
+            raise ValueError(f"the cost curve was measured on {sorted({r.get('device') for r in curve})}, "
+                             f"not on {device!r} where the records were: rerun the cost curve there")
+        curve = [r for r in curve if r.get("device") == device]
+    elif len({r.get("device") for r in curve}) > 1:
+        raise ValueError(f"cost curves of several devices ({sorted({str(r.get('device')) for r in curve})}): "
+                         "name the device whose curve applies")
     pts = sorted((int(r["q"]), float(r["ms"])) for r in curve if r.get("forward_path", "stock") == forward_path)
     if not pts or pts[0][0] != 1:
         raise ValueError(f"the cost curve has no q=1 record for forward path {forward_path!r}")
@@ -200,10 +231,11 @@ def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") ->
     devices = set(df.device)
     if len(devices) != 1:
         raise ValueError(f"records of several devices ({sorted(devices)}) cannot share one cost curve")
-    if not curve_fits(curve, devices.pop()):
+    device = devices.pop()
+    if not curve_fits(curve, device):
         return pd.DataFrame([{"decoder": d, "step_cost": None, "limit": None, "pct_of_limit": None}
                              for d in df.decoder.unique()])
-    ratio = cost_of(curve, paths.pop())
+    ratio = cost_of(curve, paths.pop(), device)
     summary = summarize(records, baseline).set_index("decoder")
     rows = []
     for name, g in df.groupby("decoder", sort=False):

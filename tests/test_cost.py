@@ -1,7 +1,9 @@
 """The cost-curve tool: records per q, ratios to q=1, bad input as one error line; the limit
 columns of cross.table computed from the curve."""
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,70 @@ def test_step_times_by_hand():
     assert t.loc["rest", "other_ms"] == pytest.approx(40.0)
     assert (t.loc["eagle", ["target_ms", "propose_ms", "other_ms"]].tolist()
             == pytest.approx([60.0, 20.0, 20.0]))
+
+
+def test_one_curve_per_host_each_record_read_against_its_own(tmp_path):
+    """Several hosts' curves in one list: every limit and cost reads only its own device's
+    points (host B's flat curve would give the tree another step cost), a device-less lookup is
+    refused, and the rule's latest file wins over a kept copy of the same host."""
+    from common.report import cost_curve_paths, cost_of, limits, read_cost_curves
+
+    curve_b = [{"q": 1, "ms": 10.0, "forward_path": "fast", "device": "cpu: B"},
+               {"q": 16, "ms": 10.0, "forward_path": "fast", "device": "cpu: B"}]
+    both = CURVE + curve_b
+    assert cost_of(both, device="cpu: A")(16) == pytest.approx(1.6) and cost_of(both, device="cpu: B")(16) == 1.0
+    with pytest.raises(ValueError, match="several devices"):
+        cost_of(both)
+    recs_b = [_rec("vanilla", "a", 12, 12, 1.2, device="cpu: B"),
+              _rec("tree", "a", 12, 3, 0.6, proposed=[0, 15, 15], device="cpu: B")]
+    assert limits(recs_b, both).set_index("decoder").loc["tree", "step_cost"] == pytest.approx(1.0)
+    assert limits([{**r, "device": "cpu: A"} for r in recs_b], both).set_index("decoder").loc[
+        "tree", "step_cost"] == pytest.approx(1.6)
+
+    raw = tmp_path / "cross" / "raw"
+    (raw / "cost_curves").mkdir(parents=True)
+    write = lambda p, rs: p.write_text("".join(json.dumps(r) + "\n" for r in rs))  # noqa: E731
+    write(raw / "cost_curve.jsonl", curve_b)
+    stale_b = [{**r, "ms": 99.0 * r["q"]} for r in curve_b]  # an older measurement of host B, kept
+    write(raw / "cost_curves" / "b.jsonl", stale_b)
+    write(raw / "cost_curves" / "a.jsonl", CURVE)
+    inputs = [raw / "cost_curves" / "b.jsonl", tmp_path / "x" / "bench_y.jsonl", raw / "cost_curves" / "a.jsonl",
+              raw / "cost_curve.jsonl"]
+    paths = cost_curve_paths(inputs)
+    assert paths == [raw / "cost_curve.jsonl", raw / "cost_curves" / "a.jsonl", raw / "cost_curves" / "b.jsonl"]
+    merged = read_cost_curves(paths)
+    assert sorted(r["ms"] for r in merged if r["device"] == "cpu: B") == [10.0, 10.0]  # the rule's file wins
+    assert len([r for r in merged if r["device"] == "cpu: A"]) == len(CURVE)
+
+
+def test_keep_tool_and_the_artifacts_reading_kept_curves(tmp_path):
+    """tools/cost_curves.py keep copies each host's curve under cross/raw/cost_curves/, and an
+    artifact that reads the cost curve declares every kept one (so a rerun on another host
+    leaves the old host's records their curve); keeping without a curve is one error line."""
+    import dataclasses
+
+    from common.config import artifact_inputs, load_profile
+
+    root = tmp_path / "results"
+    tool = [sys.executable, str(Path(__file__).resolve().parent.parent / "tools" / "cost_curves.py")]
+    bad = subprocess.run([*tool, "keep", "--results-root", str(root)], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
+    assert "run rule cost_curve first" in bad.stderr and not (root / "cross" / "raw" / "cost_curves").exists()
+
+    raw = root / "cross" / "raw"
+    raw.mkdir(parents=True)
+    dev = "cpu: Intel(R) Xeon(R) Processor (family 6 model 167) (2 threads), torch 2.13.0+cpu"
+    (raw / "cost_curve.jsonl").write_text("".join(json.dumps({**r, "device": dev}) + "\n" for r in CURVE))
+    ok = subprocess.run([*tool, "keep", "--results-root", str(root)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    kept = raw / "cost_curves" / "cpu-intel-r-xeon-r-processor-family-6-model-167-2-threads-torch-2.13.0-cpu.jsonl"
+    assert [json.loads(line) for line in kept.read_text().splitlines()] == [{**r, "device": dev} for r in CURVE]
+    listed = subprocess.run([*tool, "list", "--results-root", str(root)], capture_output=True, text=True).stdout
+    assert listed.count(dev) == 2  # the rule's file and the kept copy
+
+    prof = dataclasses.replace(load_profile(None, "embedded"), results_root=str(root))
+    for aid in ("cross.table", "pd.table1", "study.positions"):
+        assert str(kept) in artifact_inputs(prof, aid)
+    assert not any("cost_curves" in p for p in artifact_inputs(prof, "cost.fig"))  # the rule's own host only
+    kept.unlink()
+    assert not any("cost_curves" in p for p in artifact_inputs(prof, "cross.table"))  # none kept: none declared

@@ -25,7 +25,8 @@ import pandas as pd
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, load_profile
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import check_decoders, limits, provenance, step_times, summarize, write_table
+from common.report import (check_decoders, cost_curve_paths, limits, provenance, read_cost_curves, step_times,
+                           summarize, write_table)
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -37,7 +38,7 @@ joins = {s: {**j, "record": Path(results_root) / j["record"], "stats": Path(resu
 joined = {j["record"].resolve(): s for s, j in joins.items()}
 # the cross groups in name order, as the committed tables have always listed them, then the joins
 files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_") and Path(p).resolve() not in joined)
-curve = read_jsonl(next(p for p in inputs if Path(p).name == "cost_curve.jsonl"))
+curve = read_cost_curves(cost_curve_paths(inputs))  # one curve per host; each group reads its own host's
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
 for g, recs in groups.items():  # a group's record must be the run its config describes
     check_decoders(recs, P.cross.groups[g], f"cross/raw/bench_{g}.jsonl", f"cross.groups.{g}")
@@ -145,8 +146,9 @@ def own_comparison(table) -> str:
 # `pct_of_limit` means the time goes elsewhere: drafting (a draft model's or the heads' own
 # forwards), Python around the forward. Blank: decoders that record no per-step proposals
 # (transformers' own `generate` loops, pipelined workers), records made before proposals
-# were recorded, and every decoder of a group benchmarked on other hardware than the cost curve
-# was measured on (the `hardware` of `cost.fig`): T(q) is that machine's own.
+# were recorded, and every decoder of a group benchmarked on hardware no committed cost curve was
+# measured on: T(q) is that machine's own. Each group reads its own host's curve: the rule's latest
+# (`cost.fig`) or one kept from an earlier host (`results/cross/raw/cost_curves/`).
 
 # %% md
 # Where a step goes (`common.report.step_times`, milliseconds per step over all of a decoder's
