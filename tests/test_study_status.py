@@ -47,6 +47,11 @@ def test_a_run_of_a_setting_the_config_has_since_changed_is_stale(tmp_path, monk
         "".join(json.dumps(r) + "\n" for r in [_rec("81", "vanilla", 2.0, "d1"), _rec("81", "medusa@t16", 1.0, "d1", tree=63)]))
     rows = study_status.status("smoke", root=tmp_path)[0].set_index("dataset")
     assert rows.loc["mt-bench", "state"] == "stale: medusa@t16"
+    cmds = study_status.next_commands(rows.reset_index(), "smoke", ".cache/smoke/results")
+    assert cmds[0].startswith("next (mt-bench, stale: medusa@t16): .venv/bin/snakemake -f "
+                              ".cache/smoke/results/cross/raw/study_mt-bench.jsonl -j1 ")
+    assert cmds[0].endswith("--config profile=smoke rerun=true") and len(cmds) == len(rows)  # the others: not started
+    assert " -f " not in cmds[1]
     assert abs(rows.loc["mt-bench", "min_left_est"] - rows.loc["mt-bench", "prompts"] * 3 / 60) < 1e-9
 
 

@@ -91,6 +91,20 @@ def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
     return table, components_line(runs) if runs else "no runs yet"
 
 
+def next_commands(table: pd.DataFrame, profile: str, results_root: str) -> list[str]:
+    """The command of each dataset left, one job each (run alone on the machine): a partial run
+    resumes, a stale one is forced (its record exists, so Snakemake would not remake it). Put the
+    target first: ``--config`` takes every argument after it."""
+    lines = []
+    for _, r in table[table.state != "done"].iterrows():
+        force = "-f " if r.state.startswith("stale") else ""
+        lines.append(f"next ({r.dataset}, {r.state}): .venv/bin/snakemake {force}{results_root}/cross/raw/"
+                     f"study_{r.dataset}.jsonl "
+                     "-j1 --rerun-incomplete --rerun-triggers mtime --allowed-rules rest_datastore study_bench "
+                     f"--config profile={profile} rerun=true")
+    return lines
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="embedded", help="the profile whose study to report (default: embedded)")
@@ -101,6 +115,8 @@ def main(argv=None) -> None:
     print(f"\nleft (rough estimate): {'unknown' if pd.isna(total) else f'{total:.0f} min'} of machine time, "
           f"one dataset per job, each alone on the machine")
     print(f"components: {comps}")
+    for line in next_commands(table, args.profile, load_profile(None, args.profile).results_root):
+        print(line)
     done = int((table.state == "done").sum())
     if done < len(table):
         print(f"the study's artifacts stay pending until every dataset's record exists and ran the configured "
