@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .config import AA_LABEL  # noqa: F401  (the A/A pair's label; re-exported for the notebooks)
+from .config import placeholder
 from .records import read_jsonl
 
 # How a missing cell prints in a markdown table (never "nan").
@@ -278,14 +279,43 @@ def step_times(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def check_decoders(records: list[dict], expected, source: str, where: str) -> None:
+def check_decoders(records: list[dict], expected, source: str, where: str, options: dict | None = None) -> None:
     """Raise ValueError unless a run's records hold exactly the decoder labels its config lists
     (``where``), so a table never silently drops a label added to the config, nor shows one
-    removed from it, before the run is redone."""
+    removed from it, before the run is redone; with ``options`` (label -> the config's decoder
+    options, :func:`common.config.labels_config`), also unless every label ran with the options
+    the config sets now (:func:`stale_settings`): a setting re-chosen in the config after the run
+    must not be read under the label's new meaning."""
     have = list(dict.fromkeys(r["decoder"] for r in records))
     if set(have) != set(expected):
         raise ValueError(f"{source} has decoders {', '.join(have)} but config {where} lists {', '.join(expected)}; "
                          "valid: records of the configured run (rerun it with --config rerun=true)")
+    stale = stale_settings(records, options) if options is not None else {}
+    if stale:
+        raise ValueError(f"{source} ran " + "; ".join(f"{label} with {ran} where config {where} now sets {now}"
+                                                      for label, (ran, now) in stale.items())
+                         + "; valid: records of the configured settings (rerun it with --config rerun=true)")
+
+
+def stale_settings(records: list[dict], options: dict) -> dict[str, tuple[dict, dict]]:
+    """The labels whose records ran with other decoder options than ``options`` (label -> the
+    config's options) sets: ``{label: (options recorded, options configured)}``, each without
+    the options that name a trained component (``"{name}"`` in the config, a folder in the record:
+    the record's ``components`` digest says which weights those were). Records without a
+    ``decoder_config`` field (older than it), and labels ``options`` does not name (whose options
+    are not the config's to say), are not judged."""
+    def plain(opts: dict, names: dict) -> dict:
+        return {k: v for k, v in opts.items() if placeholder(names.get(k)) is None}
+    out = {}
+    for r in records:
+        label = r["decoder"]
+        if "decoder_config" not in r or label in out or label not in options:
+            continue
+        configured = options[label]
+        ran, now = plain(r["decoder_config"] or {}, configured), plain(configured, configured)
+        if ran != now:
+            out[label] = (ran, now)
+    return out
 
 
 def provenance(records: list[dict]) -> dict:

@@ -46,6 +46,60 @@ CATEGORY = {
 REQUIRED = ("question_id", "decoder", "tokens", "new_tokens", "wall_time", "accept_lengths")
 
 
+# MT-Bench's eight categories, together Spec-Bench's "Multi-turn Conversation" task (mt_bench)
+MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+# the published leaderboard the study ranks its methods beside (study.specbench)
+LEADERBOARD = Path(__file__).with_name("specbench_leaderboard.yaml")
+
+
+def task_of(category: str) -> str | None:
+    """Spec-Bench's task column of one of our categories: ``mt_bench`` for MT-Bench's eight, the
+    five other tasks as named; None for a category Spec-Bench lacks (HumanEval's ``code``)."""
+    if category in MT_BENCH:
+        return "mt_bench"
+    return category if category in {"translation", "summarization", "qa", "math_reasoning", "rag"} else None
+
+
+def leaderboard(path: Path = LEADERBOARD) -> dict:
+    """Spec-Bench's published leaderboard (``specbench_leaderboard.yaml``): its source, the study
+    label of each method it ranks, its task columns and, per board (GPU and model), the speedups."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())
+
+
+def ranks_beside(ours: dict[str, dict[str, float]], board: dict, methods: dict[str, str],
+                 tasks: list[str]) -> list[dict]:
+    """Per task, the order of the methods both rank, ours beside the board's.
+
+    Args:
+        ours: task -> {study label -> our speedup over vanilla} (a method we did not run is absent).
+        board: one of :func:`leaderboard`'s boards (``speedup``: method -> one value per task).
+        methods: Spec-Bench's method name -> our study label.
+        tasks: the board's task columns, in its order.
+    Returns:
+        one dict per task: ``task``, ``methods`` (how many both rank), ``ours`` and ``specbench``
+        (the methods fastest first, as ``A > B > ...``, by Spec-Bench's names), ``spearman`` (rank
+        correlation of the two orders; None under three methods) and ``same_fastest``.
+    """
+    import pandas as pd
+
+    rows = []
+    for i, task in enumerate(tasks):
+        both = {m: (ours.get(task, {})[lab], board["speedup"][m][i]) for m, lab in methods.items()
+                if m in board["speedup"] and lab in ours.get(task, {})}
+        if not both:
+            continue
+        a = pd.Series({m: v[0] for m, v in both.items()})
+        b = pd.Series({m: v[1] for m, v in both.items()})
+        rho = float(a.corr(b, method="spearman")) if len(both) >= 3 else None
+        rows.append({"task": task, "methods": len(both),
+                     "ours": " > ".join(a.sort_values(ascending=False).index),
+                     "specbench": " > ".join(b.sort_values(ascending=False).index),
+                     "spearman": rho, "same_fastest": a.idxmax() == b.idxmax()})
+    return rows
+
+
 def categories(dataset: str) -> dict[str, str]:
     """``question_id -> category`` of a dataset's samples, in Spec-Bench's names."""
     from .data import load_dataset_samples

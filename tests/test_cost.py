@@ -101,6 +101,29 @@ def test_a_run_must_hold_exactly_its_configured_decoders():
         check_decoders(recs, ["vanilla"], "bench_eagle.jsonl", "cross.groups.eagle")
 
 
+def test_a_run_must_hold_its_configured_settings():
+    """check_decoders with the config's options: a label that ran with other options than the
+    config sets now (a setting re-chosen after the run) is an error naming both; options naming a
+    trained component (a folder in the record, "{name}" in the config), labels the options do not
+    name and records older than decoder_config are not judged."""
+    from common.report import check_decoders, stale_settings
+
+    options = {"bild@noloss": {"small": "{bild_small_aligned}", "fallback_threshold": 0.4, "rollback_threshold": 2.0}}
+    ran = lambda fb, rb: {"decoder": "bild@noloss", "decoder_config": {  # noqa: E731
+        "small": ".cache/components/embedded/bild_small_aligned/model", "fallback_threshold": fb, "rollback_threshold": rb}}
+    van = {"decoder": "vanilla", "decoder_config": {}}
+    check_decoders([van, ran(0.4, 2)], ["vanilla", "bild@noloss"], "study_x.jsonl", "study.bench", options)
+    with pytest.raises(ValueError, match=r"ran bild@noloss with .*'fallback_threshold': 0.2.* where config study.bench "
+                                         r"now sets .*'fallback_threshold': 0.4"):
+        check_decoders([van, ran(0.2, 4.0)], ["vanilla", "bild@noloss"], "study_x.jsonl", "study.bench", options)
+    assert stale_settings([van, ran(0.2, 4.0)], options) == {
+        "bild@noloss": ({"fallback_threshold": 0.2, "rollback_threshold": 4.0},
+                        {"fallback_threshold": 0.4, "rollback_threshold": 2.0})}
+    assert stale_settings([{"decoder": "bild@noloss"}, {**van, "decoder": "other", "decoder_config": {"x": 1}}], options) == {}
+    dropped = {"decoder": "bild@noloss", "decoder_config": {"fallback_threshold": 0.4}}  # an option since added
+    assert set(stale_settings([dropped], options)) == {"bild@noloss"}
+
+
 def test_step_times_by_hand():
     """Milliseconds per step: the target's forwards, the proposer's own work (draft forwards and
     REST's per-step retrieval times) and the rest; blank where the records time no target forward."""
@@ -180,8 +203,7 @@ def test_keep_tool_and_the_artifacts_reading_kept_curves(tmp_path):
     assert listed.count(dev) == 2  # the rule's file and the kept copy
 
     prof = dataclasses.replace(load_profile(None, "embedded"), results_root=str(root))
-    for aid in ("cross.table", "pd.table1", "study.positions"):
+    for aid in ("cross.table", "pd.table1", "study.positions", "cost.fig"):
         assert str(kept) in artifact_inputs(prof, aid)
-    assert not any("cost_curves" in p for p in artifact_inputs(prof, "cost.fig"))  # the rule's own host only
     kept.unlink()
     assert not any("cost_curves" in p for p in artifact_inputs(prof, "cross.table"))  # none kept: none declared

@@ -85,3 +85,39 @@ def test_export_reads_the_records_text_and_names_files(tmp_path):
     assert line["choices"][0]["turns"] == ["hello there"] and line["category"] == "writing"
     with pytest.raises(UserError, match="no decoded text"):
         specbench.export([rec("vanilla", "81", 2, 1.0, [1, 1], category="writing")], tmp_path / "x")
+
+
+def test_ranks_beside_the_leaderboard_by_hand():
+    """Per Spec-Bench task, the order of the methods both rank, ours beside the board's: a method
+    we did not run (or did not run on that task) is left out, Spearman needs three methods."""
+    from common.specbench import ranks_beside, task_of
+
+    board = {"speedup": {"EAGLE": [2.0, 1.5, 3.0], "PLD": [1.5, 1.0, 2.5], "Medusa": [1.8, 1.2, 2.8],
+                         "Hydra": [1.9, 1.4, 2.9]}}
+    methods = {"EAGLE": "eagle@s", "PLD": "prompt_lookup", "Medusa": "medusa@t16", "REST": "rest@d16"}
+    ours = {"mt_bench": {"eagle@s": 1.1, "prompt_lookup": 1.6, "medusa@t16": 1.0, "vanilla": 1.0, "rest@d16": 0.9},
+            "summarization": {"prompt_lookup": 2.0, "eagle@s": 1.2}}
+    rows = {r["task"]: r for r in ranks_beside(ours, board, methods, ["mt_bench", "summarization", "overall"])}
+    assert set(rows) == {"mt_bench", "summarization"}  # no records of ours for "overall": no row
+    mt = rows["mt_bench"]
+    assert mt["methods"] == 3 and mt["ours"] == "PLD > EAGLE > Medusa" and mt["specbench"] == "EAGLE > Medusa > PLD"
+    # ranks of (EAGLE, PLD, Medusa): ours 2, 3, 1; its 3, 1, 2 -> Spearman -1/2
+    assert mt["spearman"] == pytest.approx(-0.5) and mt["same_fastest"] is False
+    su = rows["summarization"]
+    assert su["methods"] == 2 and su["spearman"] is None and su["same_fastest"] is False
+    assert [task_of(c) for c in ("writing", "math", "math_reasoning", "rag", "code")] == [
+        "mt_bench", "mt_bench", "math_reasoning", "rag", None]
+
+
+def test_the_leaderboard_file_names_study_labels_and_one_value_per_task():
+    """Every board gives each method one speedup per task column, and every method maps to a
+    label the embedded study runs (so a renamed label cannot silently drop out of the ranking)."""
+    from common.config import load_profile, study_section
+    from common.specbench import leaderboard
+
+    lb = leaderboard()
+    assert lb["tasks"][-1] == "overall" and lb["source"]["commit"]
+    for board in lb["boards"].values():
+        assert all(len(v) == len(lb["tasks"]) for v in board["speedup"].values())
+        assert set(board["speedup"]) <= set(lb["methods"]) and set(board["tau"]) == set(board["speedup"])
+    assert set(lb["methods"].values()) <= set(study_section(load_profile(None, "embedded"))["bench"]["decoders"])

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common.errors import UserError  # noqa: E402
+from common.errors import UserError, cli_main  # noqa: E402
 from common.paths import atomic_write  # noqa: E402
 from common.records import read_jsonl  # noqa: E402
 
@@ -71,22 +71,17 @@ def listing(results_root: Path) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cmd", choices=["keep", "list"])
     ap.add_argument("--results-root", type=Path, default=ROOT / "results",
                     help="the profile's results root (default: results)")
     a = ap.parse_args(argv)
-    try:
-        if a.cmd == "keep":
-            keep(a.results_root)
-        else:
-            print("\n".join(listing(a.results_root)) or "no cost curve")
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    if a.cmd == "keep":
+        keep(a.results_root)
+    else:
+        print("\n".join(listing(a.results_root)) or "no cost curve")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli_main(main)

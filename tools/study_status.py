@@ -8,7 +8,9 @@ the rest will take:
     python tools/study_status.py [--profile embedded]
 
 Per dataset: ``done`` (its record ``<results>/cross/raw/study_<dataset>.jsonl`` exists; the
-hardware and code version it names), ``partial`` (a resume log under ``.cache/resume/``: how many
+hardware and code version it names), ``stale`` (it exists, but some decoder ran with other options
+than the config sets now, ``common.report.stale_settings``: a setting re-chosen after the run; the
+whole dataset is rerun, so that its decoders stay interleaved with one vanilla), ``partial`` (a resume log under ``.cache/resume/``: how many
 prompts are finished, on which hardware; only that hardware may continue it), or ``not started``.
 The estimate of what is left is rough: seconds per prompt (every decoder's wall time summed) of the
 finished prompts of the same dataset where there are some, else their mean over the other
@@ -25,11 +27,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common.config import load_profile, study_section  # noqa: E402
+from common.config import AA_LABEL, bench_decoders, labels_config, load_profile, study_section  # noqa: E402
 from common.data import load_dataset_samples  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import ResumeLog, read_jsonl  # noqa: E402
-from common.report import components_line  # noqa: E402
+from common.report import components_line, stale_settings  # noqa: E402
 
 
 def _per_prompt_s(records: list[dict]) -> float:
@@ -58,10 +60,12 @@ def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
     for ds, n in datasets.items():
         out = results / "cross" / "raw" / f"study_{ds}.jsonl"
         row = {"dataset": ds, "prompts": len(load_dataset_samples(ds, n=n))}  # a source may have fewer than n
+        options = labels_config(P, [*bench_decoders(study_section(P)["bench"], ds), AA_LABEL])
         if out.is_file():
             recs = read_jsonl(out)
             runs[ds] = recs
-            row.update(state="done", finished=len({r["question_id"] for r in recs}),
+            stale = stale_settings(recs, options)
+            row.update(state="stale: " + ", ".join(stale) if stale else "done", finished=len({r["question_id"] for r in recs}),
                        hardware="; ".join(sorted({r["device"] for r in recs})),
                        code=", ".join(sorted({r["code_version"] for r in recs})), s_per_prompt=_per_prompt_s(recs))
         elif (part := _partial(out)) is not None:
@@ -81,10 +85,24 @@ def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
     left = []
     for _, r in table.iterrows():
         per = r.s_per_prompt if not pd.isna(r.s_per_prompt) else mean
-        todo = 0 if r.state == "done" else r.prompts - r.finished
+        todo = 0 if r.state == "done" else r.prompts if r.state.startswith("stale") else r.prompts - r.finished
         left.append(0.0 if todo == 0 else float("nan") if per is None else todo * per / 60)
     table["min_left_est"] = left
     return table, components_line(runs) if runs else "no runs yet"
+
+
+def next_commands(table: pd.DataFrame, profile: str, results_root: str) -> list[str]:
+    """The command of each dataset left, one job each (run alone on the machine): a partial run
+    resumes, a stale one is forced (its record exists, so Snakemake would not remake it). Put the
+    target first: ``--config`` takes every argument after it."""
+    lines = []
+    for _, r in table[table.state != "done"].iterrows():
+        force = "-f " if r.state.startswith("stale") else ""
+        lines.append(f"next ({r.dataset}, {r.state}): .venv/bin/snakemake {force}{results_root}/cross/raw/"
+                     f"study_{r.dataset}.jsonl "
+                     "-j1 --rerun-incomplete --rerun-triggers mtime --allowed-rules rest_datastore study_bench "
+                     f"--config profile={profile} rerun=true")
+    return lines
 
 
 def main(argv=None) -> None:
@@ -97,9 +115,12 @@ def main(argv=None) -> None:
     print(f"\nleft (rough estimate): {'unknown' if pd.isna(total) else f'{total:.0f} min'} of machine time, "
           f"one dataset per job, each alone on the machine")
     print(f"components: {comps}")
+    for line in next_commands(table, args.profile, load_profile(None, args.profile).results_root):
+        print(line)
     done = int((table.state == "done").sum())
     if done < len(table):
-        print(f"the study's artifacts stay pending until every dataset's record exists ({done} of {len(table)})")
+        print(f"the study's artifacts stay pending until every dataset's record exists and ran the configured "
+              f"settings ({done} of {len(table)})")
 
 
 if __name__ == "__main__":

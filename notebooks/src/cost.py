@@ -15,7 +15,9 @@
 # attention without KV copies, a preallocated cache; what every decoder and the vanilla baseline
 # run) and `stock` (transformers' own modules, SDPA attention and `DynamicCache`).
 # The LM head runs on the root's row only, as the greedy tree loop's lazy head does (it computes
-# head rows only along the path it accepts).
+# head rows only along the path it accepts). T(q) is the host's own: the figure and table show the
+# curve of the host the rule last ran on and those kept from the hosts earlier benchmarks ran on
+# (`tools/cost_curves.py`), one line style per host; every table's limit columns read their own host's.
 
 # %%
 import dataclasses
@@ -28,25 +30,26 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
-from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import write_table
+from common.report import cost_curve_paths, read_cost_curves, write_table
 
 base = Path(results_root) / package
 if inputs is None:  # run by hand: the same list the rule declares, for this results root
     inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
 inputs = check_inputs(inputs)
-records = read_jsonl(inputs[0])
+# the rule's curve (the host it last ran on) and those kept from earlier hosts (tools/cost_curves.py keep)
+records = read_cost_curves(cost_curve_paths(inputs))
 df = pd.DataFrame(records)
 if "forward_path" not in df:
     df["forward_path"] = "stock"  # records made before the fast path existed
-df = df.sort_values(["forward_path", "q"])
+df["host"] = df.device.str.split(",").str[0]  # the CPU or GPU and its threads, without the torch version
+df = df.sort_values(["host", "forward_path", "q"])
 meta = {"artifact": artifact_id, "model": ", ".join(sorted(df.model.unique())),
         "data": f"random token ids, a {int(df.context.iloc[0])}-token context (cost does not depend on the text)",
         "profile": ", ".join(sorted(df.profile.unique())), "hardware": ", ".join(sorted(df.device.unique())),
         "dtype": ", ".join(sorted(df.dtype.unique())), "rounds": int(df.rounds.iloc[0]),
         "code_version": ", ".join(sorted(df.get("code_version", pd.Series(["unknown"])).astype(str).unique())),
-        "sources": str(inputs[0])}
+        "sources": ", ".join(map(str, cost_curve_paths(inputs)))}
 staged = Staged({"tables": base / "tables", "figures": base / "figures"})
 meta
 
@@ -55,21 +58,25 @@ meta
 # q there): the largest q whose forward still costs at most 1.5 single-token steps.
 
 # %%
-for path, d in df.groupby("forward_path"):
+for (host, path), d in df.groupby(["host", "forward_path"]):
     flat = d[d.ratio <= 1.5]
-    print(f"{path}: T(1) = {d.set_index('q').ms[1]:.1f} ms; T(q) <= 1.5 T(1) up to q = "
+    print(f"{host}, {path}: T(1) = {d.set_index('q').ms[1]:.1f} ms; T(q) <= 1.5 T(1) up to q = "
           f"{int(flat.q.max()) if len(flat) else 'none'}; T(2)/T(1) = {d.set_index('q').ratio.get(2, float('nan')):.2f}")
-if df.forward_path.nunique() > 1:
-    w = df.pivot(index="q", columns="forward_path", values="ms")
-    print("stock / fast ms per q:", ", ".join(f"q={q}: {r:.2f}x" for q, r in (w["stock"] / w["fast"]).items()))
+for host, h in df.groupby("host"):
+    if h.forward_path.nunique() > 1:
+        w = h.pivot(index="q", columns="forward_path", values="ms")
+        print(f"{host}: stock / fast ms per q:", ", ".join(f"q={q}: {r:.2f}x" for q, r in (w["stock"] / w["fast"]).items()))
 
 # %%
-fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-for path, d in df.groupby("forward_path"):
+fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+styles = dict(zip(df.host.unique(), ["-", "--", ":", "-."] * 4))  # one line style per host, one colour per path
+colours = dict(zip(sorted(df.forward_path.unique()), ["C0", "C1", "C2", "C3"]))
+for (host, path), d in df.groupby(["host", "forward_path"]):
     t1 = d.ms[d.q == 1].iloc[0]
-    ax.plot(d.q, d.ratio, marker="o", label=f"{path} (T(1) = {t1:.1f} ms)")
-    ax.fill_between(d.q, d.ms_q1 / t1, d.ms_q3 / t1, alpha=0.2)
-    ax2.plot(d.q, d.ms, marker="o", label=path)
+    style = {"ls": styles[host], "color": colours[path], "marker": "o"}
+    ax.plot(d.q, d.ratio, label=f"{host}: {path} (T(1) = {t1:.1f} ms)", **style)
+    ax.fill_between(d.q, d.ms_q1 / t1, d.ms_q3 / t1, alpha=0.15, color=colours[path])
+    ax2.plot(d.q, d.ms, label=f"{host}: {path}", **style)
 ax.axhline(1.0, color="grey", lw=0.8, ls="--")
 for a in (ax, ax2):
     a.set_xscale("log", base=2)
@@ -80,11 +87,13 @@ ax2.set_ylabel("ms per forward")
 ax.set_title(f"{meta['model']}, {meta['profile']}, {meta['dtype']}\n{meta['hardware']}", fontsize=8)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
 show(fig)
-flat_to = {path: int(d[d.ratio <= 1.5].q.max()) if (d.ratio <= 1.5).any() else None for path, d in df.groupby("forward_path")}
-verdict = ("this machine's cost curve (no paper trend; the hardware-aware tree sizes read it): T(q) <= 1.5 T(1) up to "
-           + ", ".join(f"q = {q} ({path})" for path, q in flat_to.items()) + f", measured over q = {df.q.min()}-{df.q.max()}")
-write_table(df[["forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id, staged.dir("tables"),
-            {**meta, "verdict": verdict})
+flat_to = {key: int(d[d.ratio <= 1.5].q.max()) if (d.ratio <= 1.5).any() else None
+           for key, d in df.groupby(["host", "forward_path"])}
+verdict = ("each host's cost curve (no paper trend; the hardware-aware tree sizes read the benchmarks' own host's): "
+           "T(q) <= 1.5 T(1) up to " + ", ".join(f"q = {q} ({host}, {path})" for (host, path), q in flat_to.items())
+           + f", measured over q = {df.q.min()}-{df.q.max()}")
+write_table(df[["host", "forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id,
+            staged.dir("tables"), {**meta, "verdict": verdict})
 close_with(artifact_id, {**meta, "verdict": verdict},
            "No paper reports this machine's cost curve: "
            "the hardware-aware tree sizes (prompt decoding) read it.")
