@@ -92,7 +92,7 @@ def ranks_beside(ours: dict[str, dict[str, float]], board: dict, methods: dict[s
             continue
         a = pd.Series({m: v[0] for m, v in both.items()})
         b = pd.Series({m: v[1] for m, v in both.items()})
-        rho = float(a.corr(b, method="spearman")) if len(both) >= 3 else None
+        rho = float(a.rank().corr(b.rank())) if len(both) >= 3 else None  # Spearman: Pearson of the ranks
         rows.append({"task": task, "methods": len(both),
                      "ours": " > ".join(a.sort_values(ascending=False).index),
                      "specbench": " > ".join(b.sort_values(ascending=False).index),
