@@ -81,7 +81,7 @@ ax.axhline(1.0, color="grey", lw=0.8, ls="--")
 for a in (ax, ax2):
     a.set_xscale("log", base=2)
     a.set_xlabel("q (new tokens in one verification forward)")
-    a.legend(fontsize=7)
+    a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below the axes: host names are long
 ax.set_ylabel("T(q) / T(1) (band: interquartile range)")
 ax2.set_ylabel("ms per forward")
 ax.set_title(f"{meta['model']}, {meta['profile']}, {meta['dtype']}\n{meta['hardware']}", fontsize=8)
