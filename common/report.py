@@ -148,18 +148,27 @@ def cost_curve_paths(inputs: Iterable[str | Path]) -> list[Path]:
             + sorted(p for p in paths if p.parent.name == "cost_curves" and p.suffix == ".jsonl"))
 
 
-def read_cost_curves(paths: Iterable[str | Path]) -> list[dict]:
-    """The records of several cost-curve files as one list holding one curve per device: a
-    device's records come from the first file that has it (:func:`cost_curve_paths` puts the
-    rule's latest measurement first), so a kept copy never doubles a host's points."""
+def read_cost_curves(inputs: Iterable[str | Path]) -> list[dict]:
+    """The records of every cost-curve file among ``inputs`` (:func:`cost_curve_paths`) as one list
+    holding one curve per device: a device's records come from the first file that has it (the
+    rule's latest measurement before the kept copies), so a kept copy never doubles a host's points."""
     out: list[dict] = []
     seen: set[str] = set()
-    for p in paths:
+    for p in cost_curve_paths(inputs):
         recs = read_jsonl(p)
-        devices = {r.get("device") for r in recs}
         out += [r for r in recs if r.get("device") not in seen]
-        seen |= devices
+        seen |= {r.get("device") for r in recs}
     return out
+
+
+def host_curve(curve: list[dict], device: str) -> list[dict]:
+    """The records of ``curve`` measured on ``device``: a ValueError where there are none (T(q) is
+    the machine's own, never another's)."""
+    own = [r for r in curve if r.get("device") == device]
+    if not own:
+        raise ValueError(f"the cost curve was measured on {sorted({r.get('device') for r in curve})}, "
+                         f"not on {device!r} where the records were: rerun the cost curve there")
+    return own
 
 
 def cost_of(curve: list[dict], forward_path: str = "fast", device: str | None = None):
@@ -171,10 +180,7 @@ def cost_of(curve: list[dict], forward_path: str = "fast", device: str | None = 
     and a curve of other hardware is a ValueError, never silently applied. Without ``device``
     the records must be one device's."""
     if device is not None:
-        if not curve_fits(curve, device):
-            raise ValueError(f"the cost curve was measured on {sorted({r.get('device') for r in curve})}, "
-                             f"not on {device!r} where the records were: rerun the cost curve there")
-        curve = [r for r in curve if r.get("device") == device]
+        curve = host_curve(curve, device)
     elif len({r.get("device") for r in curve}) > 1:
         raise ValueError(f"cost curves of several devices ({sorted({str(r.get('device')) for r in curve})}): "
                          "name the device whose curve applies")
@@ -290,7 +296,14 @@ def check_decoders(records: list[dict], expected, source: str, where: str, optio
     if set(have) != set(expected):
         raise ValueError(f"{source} has decoders {', '.join(have)} but config {where} lists {', '.join(expected)}; "
                          "valid: records of the configured run (rerun it with --config rerun=true)")
-    stale = stale_settings(records, options) if options is not None else {}
+    if options is not None:
+        check_settings(records, options, source, where)
+
+
+def check_settings(records: list[dict], options: dict, source: str, where: str) -> None:
+    """Raise ValueError naming every label of a run that ran with other decoder options than the
+    config (``where``) sets now (:func:`stale_settings`)."""
+    stale = stale_settings(records, options)
     if stale:
         raise ValueError(f"{source} ran " + "; ".join(f"{label} with {ran} where config {where} now sets {now}"
                                                       for label, (ran, now) in stale.items())

@@ -172,7 +172,7 @@ def test_one_curve_per_host_each_record_read_against_its_own(tmp_path):
               raw / "cost_curve.jsonl"]
     paths = cost_curve_paths(inputs)
     assert paths == [raw / "cost_curve.jsonl", raw / "cost_curves" / "a.jsonl", raw / "cost_curves" / "b.jsonl"]
-    merged = read_cost_curves(paths)
+    merged = read_cost_curves(inputs)
     assert sorted(r["ms"] for r in merged if r["device"] == "cpu: B") == [10.0, 10.0]  # the rule's file wins
     assert len([r for r in merged if r["device"] == "cpu: A"]) == len(CURVE)
 

@@ -55,19 +55,17 @@ def keep(results_root: Path) -> list[Path]:
 
 
 def listing(results_root: Path) -> list[str]:
-    """One line per curve the artifacts read: its file, device, code version and T(8)/T(1)."""
+    """One line per curve the artifacts read: its file, device, code version and T(8)/T(1) per path."""
     raw = results_root / "cross" / "raw"
     lines = []
     for p in [raw / "cost_curve.jsonl", *sorted((raw / "cost_curves").glob("*.jsonl"))]:
-        if not p.is_file():
-            continue
-        for device in dict.fromkeys(r.get("device") for r in read_jsonl(p)):
-            recs = [r for r in read_jsonl(p) if r.get("device") == device]
-            ratios = ", ".join(f"{path} T(8)/T(1) {r['ratio']:.2f}" for path in sorted({r.get('forward_path', 'stock')
-                                                                                         for r in recs})
-                               for r in recs if r.get("forward_path", "stock") == path and int(r["q"]) == 8)
+        records = read_jsonl(p) if p.is_file() else []
+        for device in dict.fromkeys(r.get("device") for r in records):
+            recs = [r for r in records if r.get("device") == device]
+            at8 = ", ".join(f"{r.get('forward_path', 'stock')} T(8)/T(1) {r['ratio']:.2f}"
+                            for r in sorted(recs, key=lambda r: r.get("forward_path", "stock")) if int(r["q"]) == 8)
             codes = "/".join(sorted({str(r.get("code_version")) for r in recs}))
-            lines.append(f"{p.relative_to(results_root)}: {device} (code {codes}): {ratios or 'no q=8'}")
+            lines.append(f"{p.relative_to(results_root)}: {device} (code {codes}): {at8 or 'no q=8'}")
     return lines
 
 

@@ -10,8 +10,9 @@ the rest will take:
 Per dataset: ``done`` (its record ``<results>/cross/raw/study_<dataset>.jsonl`` exists; the
 hardware and code version it names), ``stale`` (it exists, but some decoder ran with other options
 than the config sets now, ``common.report.stale_settings``: a setting re-chosen after the run; the
-whole dataset is rerun, so that its decoders stay interleaved with one vanilla), ``partial`` (a resume log under ``.cache/resume/``: how many
-prompts are finished, on which hardware; only that hardware may continue it), or ``not started``.
+whole dataset is rerun, so that its decoders stay interleaved with one vanilla), ``partial`` (a
+resume log under ``.cache/resume/``: how many prompts are finished, on which hardware; only that
+hardware may continue it), or ``not started``.
 The estimate of what is left is rough: seconds per prompt (every decoder's wall time summed) of the
 finished prompts of the same dataset where there are some, else their mean over the other
 datasets; long-prompt datasets take longer than that mean.
@@ -65,7 +66,8 @@ def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
             recs = read_jsonl(out)
             runs[ds] = recs
             stale = stale_settings(recs, options)
-            row.update(state="stale: " + ", ".join(stale) if stale else "done", finished=len({r["question_id"] for r in recs}),
+            row.update(state="stale: " + ", ".join(stale) if stale else "done",
+                       finished=len({r["question_id"] for r in recs}),
                        hardware="; ".join(sorted({r["device"] for r in recs})),
                        code=", ".join(sorted({r["code_version"] for r in recs})), s_per_prompt=_per_prompt_s(recs))
         elif (part := _partial(out)) is not None:

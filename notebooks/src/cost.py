@@ -38,7 +38,7 @@ if inputs is None:  # run by hand: the same list the rule declares, for this res
     inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
 inputs = check_inputs(inputs)
 # the rule's curve (the host it last ran on) and those kept from earlier hosts (tools/cost_curves.py keep)
-records = read_cost_curves(cost_curve_paths(inputs))
+records = read_cost_curves(inputs)
 df = pd.DataFrame(records)
 if "forward_path" not in df:
     df["forward_path"] = "stock"  # records made before the fast path existed

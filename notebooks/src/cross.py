@@ -25,8 +25,8 @@ import pandas as pd
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, labels_config, load_profile
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import (check_decoders, cost_curve_paths, limits, provenance, read_cost_curves, stale_settings,
-                           step_times, summarize, write_table)
+from common.report import (check_decoders, check_settings, limits, provenance, read_cost_curves, step_times,
+                           summarize, write_table)
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -38,7 +38,7 @@ joins = {s: {**j, "record": Path(results_root) / j["record"], "stats": Path(resu
 joined = {j["record"].resolve(): s for s, j in joins.items()}
 # the cross groups in name order, as the committed tables have always listed them, then the joins
 files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_") and Path(p).resolve() not in joined)
-curve = read_cost_curves(cost_curve_paths(inputs))  # one curve per host; each group reads its own host's
+curve = read_cost_curves(inputs)  # one curve per host; each group reads its own host's
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
 for g, recs in groups.items():  # a group's record must be the run its config describes
     check_decoders(recs, P.cross.groups[g], f"cross/raw/bench_{g}.jsonl", f"cross.groups.{g}",
@@ -46,11 +46,8 @@ for g, recs in groups.items():  # a group's record must be the run its config de
 models = {r["model"] for recs in groups.values() for r in recs}
 for s, j in joins.items():
     recs = read_jsonl(j["record"])
-    stale = stale_settings(recs, labels_config(P, {r["decoder"] for r in recs}))
-    if stale:  # a label whose setting the config re-chose after the paper run
-        raise ValueError(f"{j['record']}: cross.joins.{s} ran " + "; ".join(f"{k} with {a} where the config now sets {b}"
-                                                                        for k, (a, b) in stale.items())
-                         + "; valid: a run of the configured settings (rerun it with --config rerun=true)")
+    # a label whose setting the config re-chose after the paper run is refused
+    check_settings(recs, labels_config(P, {r["decoder"] for r in recs}), str(j["record"]), f"cross.joins.{s}")
     other = {(r["model"], r["dataset"]) for r in recs} - {(m, P.cross.dataset) for m in models}
     if other:  # a join compares only on the cross groups' own model and prompts
         raise ValueError(f"{j['record']}: cross.joins.{s} ran {sorted(other)}; valid: a run of "

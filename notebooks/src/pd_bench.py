@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.render import Render, paper_numbers
-from common.report import cost_curve_paths, cost_of, limits, provenance, read_cost_curves, summarize
+from common.report import cost_of, limits, provenance, read_cost_curves, summarize
 from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -29,7 +29,7 @@ inputs = R.inputs
 benches = R.runs("bench_")  # dataset -> records
 pd_stats = R.find("train_main_stats.json")
 medusa_stats = R.find("medusa_stats.json", required=False)
-curve = read_cost_curves(cost_curve_paths(inputs)) or None  # one curve per host; the benchmarks' own is read
+curve = read_cost_curves(inputs) or None  # one curve per host; the benchmarks' own is read
 paper = paper_numbers(package)
 # T(q)/T(1) of the fast forward path (common.cost), measured on the machine the benchmarks ran on
 # (a curve of other hardware is an error: the hardware-aware tree size reads it)

@@ -25,7 +25,7 @@ from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, ch
                            placeholder, study_section)
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import (aa_spread, check_decoders, components_line, cost_curve_paths, cost_of, curve_fits, limits,
+from common.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, host_curve, limits,
                            noise_line, provenance, read_cost_curves, step_positions, summarize, write_table)
 from common.specbench import category_of, export
 
@@ -219,7 +219,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-curve = read_cost_curves(cost_curve_paths(inputs))  # one curve per host: the study's own is read
+curve = read_cost_curves(inputs)  # one curve per host: the study's own is read
 fits = len({r["device"] for r in records}) == 1 and curve_fits(curve, records[0]["device"])
 lim = limits(records, curve).set_index("decoder") if fits else None
 rows = []
@@ -244,8 +244,8 @@ for _, r in pos.iterrows():
 if fits and len(pos):
     path = records[0].get("forward_path", "fast")
     ratio = cost_of(curve, path, records[0]["device"])
-    measured = max(int(r["q"]) for r in curve
-                   if r.get("forward_path", "stock") == path and r.get("device") == records[0]["device"])
+    own = host_curve(curve, records[0]["device"])
+    measured = max(int(r["q"]) for r in own if r.get("forward_path", "stock") == path)
     qmax = max(2.0, float(pos.positions_per_step.max()) * 1.1)
     xs = [1 + i * (qmax - 1) / 100 for i in range(101)]
     inside = [x for x in xs if x <= measured]
