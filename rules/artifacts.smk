@@ -1,5 +1,6 @@
 # One target per artifact id: run its notebook (notebooks/<id>.ipynb, generated from
-# notebooks/src/) with papermill; the executed copy is kept beside the tables and figures it
+# notebooks/src/) with papermill (common.execute: its kernel on Unix sockets, so parallel renders
+# never draw the same TCP port); the executed copy is kept beside the tables and figures it
 # wrote. Notebooks read exactly the raw records declared here (parameter `inputs`). After
 # papermill, `python -m common.render close` appends the notebook's closing markdown cell (what
 # the artifact shows, from the verdict lines the notebook computed).
@@ -27,7 +28,7 @@ for _aid, _spec in ARTIFACTS.items():
             env=ENV, py=PY, aid=_aid, pkg=_spec["package"], root=results_root_of, profile=P.name,
             inputs=_json.dumps({"inputs": artifact_inputs(_aid)}),
         shell:
-            "({params.env} {params.py} -m papermill -k python3 --language python {input.notebook} {output.notebook}.partial"
+            "({params.env} {params.py} -m common.execute {input.notebook} {output.notebook}.partial"
             " -p artifact_id {params.aid} -p results_root {params.root} -p package {params.pkg} -p profile {params.profile}"
             " -y '{params.inputs}' > {log} 2>&1"
             # the closing markdown cell: what the artifact shows, from its computed verdict lines

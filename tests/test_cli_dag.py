@@ -46,6 +46,20 @@ def test_bench_unknown_decoder_after_model_load(tmp_path, embedded):
     assert not out.exists()
 
 
+def failed_rule_logs(out: str, tail: int = 3000) -> str:
+    """The tails of the log files of the rules a snakemake run reports as failed ("Error in rule"
+    ... "log: <path> (check log file(s) ...)"): the failure's cause lives there, not in snakemake's
+    own output, and CI keeps no other copy."""
+    import re
+
+    text = []
+    for block in out.split("Error in rule ")[1:]:
+        m = re.search(r"^\s*log: (\S+)", block, re.M)
+        if m and (ROOT / m.group(1)).is_file():
+            text.append(f"--- {m.group(1)} (last {tail} characters) ---\n" + (ROOT / m.group(1)).read_text()[-tail:])
+    return "\n".join(text)
+
+
 def error_lines(r):
     return [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
 
@@ -116,7 +130,7 @@ def test_smoke_dag_end_to_end(embedded):
     smoke = ROOT / ".cache" / "smoke" / "results"
     shutil.rmtree(smoke, ignore_errors=True)
     r = run([*SNAKEMAKE, "-j2", "all", "--config", "profile=smoke", "rerun=true"])
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + failed_rule_logs(r.stdout + r.stderr)
     md = (smoke / "cross" / "tables" / "cross.table.md").read_text()
     assert "smollm2-135m-instruct" in md and "profile**: smoke" in md
     for dec in ("vanilla", "hf_generate", "prompt_lookup"):
