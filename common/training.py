@@ -251,6 +251,10 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         if step % cfg.checkpoint_every == 0 or step == total:
             save()
     bar.close()
+    if curve_path is not None and curve:
+        # a finished run resumed (a workflow rerun deletes the curve with the other outputs, and
+        # the run state, kept, is already done) evaluates nothing: the curve comes from its state
+        write_jsonl(curve_path, curve)
     if not ckpt_path.is_file() and work.is_file():
         publish(work, ckpt_path)  # a finished run whose published checkpoint was deleted (a rerun)
     if chosen() is not None:

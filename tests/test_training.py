@@ -154,6 +154,22 @@ def test_stops_on_a_flat_curve_not_on_a_rising_one(tmp_path):
     assert state["stopped"] == "max steps" and state["step"] == 30
 
 
+def test_a_finished_run_rerun_by_the_workflow_writes_its_curve_again(tmp_path):
+    """Snakemake deletes a training rule's outputs (the published checkpoint, the curve) when it
+    reruns it; the run state is kept and already finished, so nothing is evaluated again, and
+    the curve must still land where the rule expects it (it comes from the state)."""
+    cfg = TrainConfig(lr=0.05, epochs=10, batch_size=8, checkpoint_every=3)
+    stop = Stopping(eval_every=5, patience=2, min_delta=0.01)
+    flat = [0.1, 0.2, 0.25, 0.255, 0.258] + [0.26] * 20
+    ckpt, curve_path = tmp_path / "h.pt", tmp_path / "h_curve.jsonl"
+    train(fresh(), DATA, loss_fn, cfg, ckpt, evaluate=synthetic(flat), stop=stop, curve_path=curve_path)
+    first = curve_path.read_text()
+    ckpt.unlink()
+    curve_path.unlink()
+    train(fresh(), DATA, loss_fn, cfg, ckpt, evaluate=synthetic([]), stop=stop, curve_path=curve_path)
+    assert ckpt.is_file() and curve_path.read_text() == first
+
+
 def recording(values, seen: dict):
     """``synthetic(values)``, also keeping the module's weight at every evaluation (by step order)."""
     scripted = synthetic(values)
