@@ -170,6 +170,9 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
     out_dir = Path(out_dir)
     stop = stop or Stopping(eval_every=50)
     tr, held = teacher["train"], teacher["heldout"]
+    if labels == "topk" and tr.top_idx.shape[-1] == 0:
+        raise UserError("labels=topk distils the target's top-k, and this training set carries none (a text-only "
+                        "set); valid: labels=text, or a teacher cache with a pass over its training set")
     draft = truncated_copy(target, n_layers)
     kept = reduced = None
     if keep is not None:

@@ -24,6 +24,11 @@ SHA-256), so a killed pass resumes at the first unfinished shard:
 
     python -m common.teacher --model smollm2-135m-instruct --teacher .cache/components/embedded/teacher.pt \\
         --corpus-dir results/corpus/embedded --corpus-tokens 1000000 [--pass-dtype bfloat16]
+
+With ``--corpus-dir`` and ``--text-sequences N`` the training set is ShareGPT's reference text
+instead (the conversations after the corpus's held-out prompts), evaluated on the same held-out
+shard: BiLD's unaligned small model learns the references. Text labels need only the text, so
+that set carries no teacher outputs (:func:`text_only`) and costs no forward pass.
 """
 from __future__ import annotations
 
@@ -108,6 +113,9 @@ class HardLabels(str, Enum):
     def at(self, data: TeacherData, positions: torch.Tensor) -> torch.Tensor:
         """``[P]`` long: the label of each flat position of ``data`` (``[P]``)."""
         if self is HardLabels.GREEDY:
+            if data.argmax.numel() != data.n_tokens:
+                raise UserError("greedy labels need the model's predictions, and these sequences carry none "
+                                "(a text-only set); valid: labels=text, or a teacher pass over them")
             return data.argmax[positions].long()  # the model's prediction at t
         return data.ids[positions + 1].long()     # the text at t + 1
 
@@ -160,6 +168,58 @@ def concat(parts: list[TeacherData]) -> TeacherData:
                        top_logp=torch.cat([p.top_logp for p in parts]),
                        offsets=torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
                        start=torch.cat([p.start for p in parts]))
+
+
+def text_only(seqs: list[dict]) -> TeacherData:
+    """``seqs`` (``{"ids": [...], "start": int}``) as a :class:`TeacherData` without the model's
+    outputs: ``hidden`` ``[N, 0]``, ``argmax`` ``[0]``, ``top_idx``/``top_logp`` ``[N, 0]``. What
+    text labels read (the ids, offsets and prompt lengths) is all there; greedy labels and
+    distillation refuse it (:meth:`HardLabels.at`)."""
+    if not seqs:
+        raise UserError("text set: no sequences")
+    lengths = torch.tensor([len(s["ids"]) for s in seqs])
+    n = int(lengths.sum())
+    return TeacherData(ids=torch.tensor([t for s in seqs for t in s["ids"]], dtype=torch.int32),
+                       hidden=torch.zeros(n, 0, dtype=torch.float16), argmax=torch.zeros(0, dtype=torch.int32),
+                       top_idx=torch.zeros(n, 0, dtype=torch.int32), top_logp=torch.zeros(n, 0, dtype=torch.float16),
+                       offsets=torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+                       start=torch.tensor([int(s["start"]) for s in seqs]))
+
+
+def from_text(model, tokenizer, corpus_dir: Path, parts: Path, sequences: int, max_len: int,
+              max_prompt_tokens: int, topk: int = 32, batch_size: int = 8) -> dict:
+    """ShareGPT's reference text as the training set (:func:`text_only`, ``sequences``
+    conversations after the corpus's held-out prompts, so none of them is trained on) and the
+    corpus's held-out shard, passed as :func:`from_corpus` passes it, as the held-out set.
+    Returns what :func:`load_or_build` returns."""
+    corpus_dir, parts = Path(corpus_dir), Path(parts)
+    manifest = corpus_mod.open_corpus(corpus_dir, model=model, tokenizer=tokenizer)
+    if not manifest["heldout"]:
+        raise UserError(f"corpus {corpus_dir} has no held-out shard yet; valid: a corpus built by python -m common.corpus")
+    recipe = manifest["recipe"]
+    parts.mkdir(parents=True, exist_ok=True)
+    wall = {}
+    held, wall["heldout_pass"] = _shard_pass(model, manifest["heldout"], corpus_dir, parts,
+                                             f"k{topk}.{str(model.dtype).removeprefix('torch.')}", topk, batch_size,
+                                             None, "teacher pass (held-out shard)")
+    t = time.perf_counter()
+    # the held-out shard answers the dataset's first `heldout` prompts: the text starts after them
+    skip = recipe["heldout"] if recipe["dataset"] == "sharegpt" else 0
+    train = text_only(sharegpt_text(tokenizer, sequences, skip=skip, max_len=max_len,
+                                    max_prompt_tokens=max_prompt_tokens))
+    wall["train_text"] = time.perf_counter() - t
+    key = _text_key(model, manifest, sequences, max_len, max_prompt_tokens, topk)
+    return {"key": key, "train": train, "heldout": held, "wall_s": wall,
+            "corpus": {"dir": str(corpus_dir), "heldout_sequences": manifest["heldout"]["sequences"],
+                       "text_skip": skip}}
+
+
+def _text_key(model, manifest: dict, sequences, max_len, max_prompt_tokens, topk) -> dict:
+    """:func:`from_text`'s key without running it."""
+    return {"version": VERSION, **fingerprint(model), "corpus": manifest["recipe"],
+            "heldout": manifest["heldout"]["sha256"] if manifest["heldout"] else None,
+            "text": {"dataset": "sharegpt", "sequences": sequences, "max_len": max_len,
+                     "max_prompt_tokens": max_prompt_tokens}, "topk": topk}
 
 
 def shard_sequences(shard: "corpus_mod.Shard", max_prompt_tokens: int | None = None) -> list[dict]:
@@ -261,19 +321,31 @@ def read_cache(path: Path) -> dict:
 def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_prompts: int,
                   answer_tokens: int, sequences: int, max_len: int = 256, max_prompt_tokens: int = 96,
                   topk: int = 32, batch_size: int = 8, corpus_dir: Path | None = None,
-                  corpus_tokens: int | None = None, pass_dtype: str = "bfloat16") -> dict:
+                  corpus_tokens: int | None = None, pass_dtype: str = "bfloat16",
+                  text_sequences: int | None = None) -> dict:
     """The teacher cache at ``path`` (git-ignored), built once and reused while the model and
     every setting match.
 
     ``corpus_dir``: read the sharded corpus instead (:func:`from_corpus`; ``heldout_corpus``,
     ``heldout_prompts``, ``answer_tokens``, ``sequences`` and ``max_len`` are then unused, and
-    ``max_prompt_tokens`` cuts the training shards' prompts).
+    ``max_prompt_tokens`` cuts the training shards' prompts). With ``text_sequences`` as well:
+    :func:`from_text` (``max_len`` and ``max_prompt_tokens`` cut the text).
 
     Returns:
         ``{"key", "train": TeacherData (ShareGPT text), "heldout": TeacherData (greedy
         continuations), "wall_s": {"heldout_corpus", "heldout_pass", "train_pass"}}``.
     """
     path = Path(path)
+    if corpus_dir is not None and text_sequences is not None:
+        check_range("text_sequences", text_sequences, 1)
+        manifest = corpus_mod.open_corpus(corpus_dir, model=model)
+        data = _read_if_key(path, _text_key(model, manifest, text_sequences, max_len, max_prompt_tokens, topk))
+        if data is not None:
+            return data
+        data = from_text(model, tokenizer, corpus_dir, path.with_name(path.stem + "_parts"), text_sequences,
+                         max_len, max_prompt_tokens, topk, batch_size)
+        _save(path, data)
+        return data
     if corpus_dir is not None:
         parts = path.with_name(path.stem + "_parts")
         manifest = corpus_mod.open_corpus(corpus_dir, model=model)
@@ -361,6 +433,8 @@ def add_args(ap) -> None:
     ap.add_argument("--corpus-tokens", type=int, default=None, help="answer tokens of the corpus to pass (default: all)")
     ap.add_argument("--pass-dtype", choices=("bfloat16", "float32"), default="bfloat16",
                     help="dtype of the corpus's training-shard pass (the held-out shard is always float32)")
+    ap.add_argument("--text-sequences", type=int, default=None,
+                    help="with --corpus-dir: train on this many ShareGPT reference texts instead of the shards")
     ap.add_argument("--heldout-prompts", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--sequences", type=int, default=256, help="ShareGPT conversations in the teacher pass")
@@ -374,9 +448,13 @@ def from_args(a, model, tokenizer) -> dict:
         raise UserError("the teacher cache needs --heldout-corpus (ShareGPT text) or --corpus-dir (the sharded corpus)")
     if a.corpus_tokens is not None:
         check_range("--corpus-tokens", a.corpus_tokens, 1)
+    if a.text_sequences is not None:
+        if a.corpus_dir is None:
+            raise UserError("--text-sequences needs --corpus-dir (its held-out shard evaluates)")
+        check_range("--text-sequences", a.text_sequences, 1)
     return load_or_build(a.teacher, model, tokenizer, a.heldout_corpus, a.heldout_prompts, a.answer_tokens,
                          a.sequences, a.max_len, a.max_prompt_tokens, a.topk, corpus_dir=a.corpus_dir,
-                         corpus_tokens=a.corpus_tokens, pass_dtype=a.pass_dtype)
+                         corpus_tokens=a.corpus_tokens, pass_dtype=a.pass_dtype, text_sequences=a.text_sequences)
 
 
 def _main(argv=None) -> None:

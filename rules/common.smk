@@ -196,12 +196,16 @@ def stopping_flags(c):
 def teacher_flags(c, t, heldout=None):
     """What the teacher cache reads and how it was made (it is rebuilt if these change): the
     sharded corpus (``t["source"] == "corpus"``: its shards train, its held-out shard
-    evaluates), or ShareGPT text with the held-out greedy corpus cache ``heldout`` (default:
-    the components' ``corpus.pt``)."""
+    evaluates), ShareGPT text evaluated on that held-out shard (``t["heldout"] == "corpus"``),
+    or ShareGPT text with the held-out greedy corpus cache ``heldout`` (default: the
+    components' ``corpus.pt``)."""
     if t["source"] == "corpus":
         tokens = "" if t["corpus_tokens"] is None else f" --corpus-tokens {t['corpus_tokens']}"
         return (f"--corpus-dir {ROOT}/corpus/{P.name}{tokens} --pass-dtype {t['pass_dtype']}"
                 f" --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
+    if t.get("heldout") == "corpus":  # ShareGPT text evaluated on the corpus's held-out shard
+        return (f"--corpus-dir {ROOT}/corpus/{P.name} --text-sequences {t['sequences']}"
+                f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
     return (f"--heldout-corpus {heldout or f'.cache/components/{P.name}/corpus.pt'}"
             f" --heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']} --sequences {t['sequences']}"
             f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
@@ -221,8 +225,8 @@ def bild_teacher(variant):
 
 
 def teacher_inputs(t):
-    """The files the shared teacher cache is built from (:func:`teacher_flags`)."""
-    if t["source"] == "corpus":
+    """The files a teacher cache is built from (:func:`teacher_flags`)."""
+    if t["source"] == "corpus" or t.get("heldout") == "corpus":
         return {"corpus": f"{ROOT}/corpus/{P.name}/stats.json"}
     return {"corpus": f".cache/components/{P.name}/corpus.pt"}
 

@@ -46,7 +46,7 @@ rule teacher_cache:
 # references, as the paper fine-tunes on them): the teacher settings with source sharegpt.
 if TEACHER_TEXT:
     rule teacher_text:
-        input: model_files(), corpus=f"{COMP}/corpus.pt"
+        input: model_files(), **teacher_inputs(TEACHER_TEXT)
         output: cache=f"{COMP}/teacher_text.pt", stats=f"{COMP}/teacher_text_stats.json"
         conda: "../env.yml"
         log: f"{LOGS}/teacher_text.log"

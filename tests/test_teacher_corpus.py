@@ -120,3 +120,56 @@ def test_key_file_spares_reading_a_stale_cache(model, built, tmp_path, monkeypat
     (tmp_path / "t.pt.key.json").unlink()
     assert teacher.load_or_build(path, model, None, None, 0, 0, 0, topk=2, **kw)["key"] == other["key"]
     assert calls == [path, path]
+
+
+def test_reference_text_is_trained_on_and_the_corpus_held_out_shard_evaluates(model, built, tmp_path, monkeypatch):
+    """BiLD's unaligned small model (--text-sequences): ShareGPT's text after the corpus's
+    held-out prompts trains, the held-out shard evaluates, and the text costs no forward pass."""
+    from decoding_checks import teacher_corpus
+
+    from common.draft import distill
+    from common.training import Stopping, TrainConfig
+    text = teacher_corpus(model, 5, seed0=50, new=6)
+    asked = {}
+
+    def stand_in(tok, n, skip, max_len, max_prompt_tokens):
+        asked.update(n=n, skip=skip, max_len=max_len, max_prompt_tokens=max_prompt_tokens)
+        return text[:n]
+    passes = {"n": 0}
+    real = teacher.teacher_pass
+
+    def counting(*a, **kw):
+        passes["n"] += 1
+        return real(*a, **kw)
+    monkeypatch.setattr(teacher, "sharegpt_text", stand_in)
+    monkeypatch.setattr(teacher, "teacher_pass", counting)
+    data = teacher.load_or_build(tmp_path / "tt.pt", model, None, None, 0, 0, 0, max_len=40, max_prompt_tokens=7,
+                                 topk=4, corpus_dir=built, text_sequences=4)
+    recipe = corpus.read_manifest(built)["recipe"]
+    assert asked == {"n": 4, "skip": recipe["heldout"], "max_len": 40, "max_prompt_tokens": 7}
+    assert passes["n"] == 1  # the held-out shard only
+    held = corpus.heldout(built)
+    assert data["heldout"].ids.tolist() == held.tokens.tolist() and data["heldout"].top_idx.shape[1] == 4
+    tr = data["train"]
+    assert len(tr) == 4 and tr.ids.tolist() == [t for s in text[:4] for t in s["ids"]]
+    assert tr.start.tolist() == [s["start"] for s in text[:4]] and tr.top_idx.shape == (tr.n_tokens, 0)
+    again = teacher.load_or_build(tmp_path / "tt.pt", model, None, None, 0, 0, 0, max_len=40, max_prompt_tokens=7,
+                                  topk=4, corpus_dir=built, text_sequences=4)
+    assert passes["n"] == 1 and again["key"] == data["key"]  # cached under its key
+    # text labels train on it; greedy labels and top-k distillation need outputs it does not carry
+    cfg, stop = TrainConfig(lr=1e-3, epochs=1, batch_size=2), Stopping(eval_every=1, patience=2)
+    stats = distill(model, data, 1, tmp_path / "small", cfg, stop=stop, labels="text")
+    assert stats["train_sequences"] == 4 and stats["heldout_sequences"] == len(held)
+    with pytest.raises(UserError, match="greedy labels need the model's predictions"):
+        distill(model, data, 1, tmp_path / "g", cfg, stop=stop, labels="greedy")
+    with pytest.raises(UserError, match="labels=topk distils"):
+        distill(model, data, 1, tmp_path / "k", cfg, stop=stop, labels="topk")
+
+
+def test_text_sequences_need_the_corpus(tmp_path):
+    import argparse
+    ap = argparse.ArgumentParser()
+    teacher.add_args(ap)
+    a = ap.parse_args(["--teacher", str(tmp_path / "t.pt"), "--heldout-corpus", "x.pt", "--text-sequences", "8"])
+    with pytest.raises(UserError, match="--text-sequences needs --corpus-dir"):
+        teacher.from_args(a, None, None)
