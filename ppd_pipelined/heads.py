@@ -47,7 +47,7 @@ from torch import nn
 from common.data import load_dataset_samples
 from common.errors import UserError, cli_main
 from common.forward import num_layers
-from common.hardware import describe
+from common.hardware import code_version, describe
 from common.prompts import encode_prompt
 from common.training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, run_path, train
 
@@ -252,6 +252,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--profile", default="adhoc")
     a = ap.parse_args(argv)
+    version = code_version()  # the code this process loaded (read now: a commit made beside the run is not it)
     try:
         cfg = HeadsConfig(**json.loads(a.config))
         layers = [int(x) for x in a.layers.split(",") if x]
@@ -264,7 +265,8 @@ def main(argv=None) -> None:
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
     exclude = excluded_ids([d for d in a.exclude_datasets.split(",") if d])
     summary = train_heads(model, tok, layers, cfg, a.out, a.log, exclude, curve_path=a.curve_out)
-    summary |= {"model_name": a.model, "profile": a.profile, "device": describe(a.device), "dtype": a.dtype}
+    summary |= {"model_name": a.model, "profile": a.profile, "device": describe(a.device), "dtype": a.dtype,
+                "code_version": version}
     a.meta_out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.meta_out.with_name(a.meta_out.name + ".partial")
     tmp.write_text(json.dumps(summary, indent=1))

@@ -39,7 +39,7 @@ from common.checks import ArgumentParser, check_device, check_out_path, check_po
 from common.data import load_jsonl
 from common.errors import UserError, check_range, cli_main
 from common.forward import logits_from_hidden, num_layers
-from common.hardware import describe, device_clock
+from common.hardware import code_version, describe, device_clock
 from common.prompts import TRUNCATE, fit_prompt
 from common.records import JsonlWriter
 
@@ -203,6 +203,7 @@ def validate(a) -> tuple[list[int], list[str]]:
 
 def run(a) -> list[dict]:
     layers, classifiers = validate(a)
+    version = code_version()  # the code this process loaded (read now: a commit made beside the run is not it)
     samples = load_jsonl(a.prompts)[: a.n]
     if a.threads is not None:
         torch.set_num_threads(a.threads)
@@ -218,7 +219,7 @@ def run(a) -> list[dict]:
             raise UserError(f"heads checkpoint {a.heads} has no head for layer(s) {missing}; trained: {heads.layers}")
     eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     meta = {"model": a.model, "profile": a.profile, "device": describe(a.device), "dtype": a.dtype,
-            "task": a.task, "method": a.method, "layers": layers, "depth": num_layers(model),
+            "code_version": version, "task": a.task, "method": a.method, "layers": layers, "depth": num_layers(model),
             "classifiers": classifiers, "max_new_tokens": a.max_new_tokens,
             "method_params": {"top_k": a.top_k} if a.method == "top_k" else
             {"top_p": a.top_p} if a.method == "top_p" else {}, "prompts": str(a.prompts)}

@@ -1,4 +1,5 @@
 """Command-line entry points end with one clear error line; the DAG plans and runs."""
+import json
 import os
 import shutil
 import subprocess
@@ -149,6 +150,10 @@ def test_smoke_dag_end_to_end(embedded):
     assert lossy.sum() == 1  # joined with its own vanilla; how many equal vanilla is its result, not a check
     assert (table[~lossy].identical_to_vanilla == "2/2").all(), table[["decoder", "identical_to_vanilla"]]
     assert (smoke / "cross" / "figures" / "cross.fig.png").is_file()
+    # records name the code that made them (PPD's heads and match rates included)
+    raw = smoke / "ppd_pipelined" / "raw"
+    assert json.loads((raw / "heads_meta.json").read_text())["code_version"]
+    assert all(json.loads(l)["code_version"] for l in (raw / "matchrate_squad.jsonl").read_text().splitlines())
     # heavy rules record wall time and peak memory beside their logs
     bench = ROOT / ".cache" / "logs" / "smoke" / "benchmarks" / "bench_cross_baselines.tsv"
     assert bench.is_file() and "max_rss" in bench.read_text()

@@ -5,13 +5,13 @@
 # CODE_VERSION (the commit the tree is at) is set by the caller: the tree travels without .git.
 set -x -o pipefail
 . tools/device/model.sh
-read CFG EXCL LAYERS < <(python3 tools/device/ppd_args.py heads "$1") || exit 1
-python3 -m ppd_pipelined.heads --model smollm2-135m-instruct --layers $LAYERS --out .cache/ppd_pipelined/embedded \
+read CFG EXCL LAYERS MODEL CLS < <(python3 tools/device/ppd_args.py heads "$1") || exit 1
+python3 -m ppd_pipelined.heads --model $MODEL --layers $LAYERS --out .cache/ppd_pipelined/embedded \
   --log $OUT/heads_train.jsonl --meta-out $OUT/heads_meta.json --curve-out $OUT/heads_curve.jsonl \
   --exclude-datasets $EXCL --config "$CFG" --dtype float32 --device cuda --threads 4 --profile embedded || exit 1
 mr() {  # task, number of prompts, max new tokens, max prompt tokens (the embedded profile's ppd_pipelined)
-  python3 -m ppd_pipelined.matchrate --model smollm2-135m-instruct --task $1 --prompts results/ppd_pipelined/raw/prompts_$1.jsonl \
-    --layers $LAYERS --classifiers N,Y --heads .cache/ppd_pipelined/embedded/heads.pt --method greedy --n $2 \
+  python3 -m ppd_pipelined.matchrate --model $MODEL --task $1 --prompts results/ppd_pipelined/raw/prompts_$1.jsonl \
+    --layers $LAYERS --classifiers $CLS --heads .cache/ppd_pipelined/embedded/heads.pt --method greedy --n $2 \
     --max-new-tokens $3 --max-prompt-tokens $4 --truncate last --dtype float32 --device cuda --threads 4 \
     --profile embedded --out $OUT/matchrate_$1.jsonl > $OUT/mr_$1.log 2>&1
 }
