@@ -3,7 +3,8 @@
 
 # %% md
 # # Trained components: learning curves
-# The Medusa heads, the distilled draft and EAGLE's head train on one teacher-forced pass of the
+# The Medusa heads, the distilled draft, EAGLE's head and BiLD's small models (`small_aligned`,
+# `small_unaligned`, and `compact`, the 2-layer one with a reduced head) train on one teacher-forced pass of the
 # frozen base model (`common.teacher`: its hidden states and its own next-token distributions,
 # no generation) over the text their `data` column names: in the embedded profile the sharded
 # corpus of the model's own greedy answers to ShareGPT prompts (`common.corpus`); a component
@@ -11,7 +12,9 @@
 # `eval_every` steps, on a held-out set of the base model's own greedy answers to other
 # ShareGPT prompts: for Medusa, top-1 of each head against the token the model says k + 2
 # positions later; for the draft, top-1 agreement with the target's greedy token and the
-# divergence from the target's top-k distribution; for EAGLE, top-1 of its first draft token.
+# divergence from the target's top-k distribution (BiLD's small models likewise: the aligned ones
+# learn the target's greedy tokens, the unaligned one ShareGPT's reference replies, the data
+# its row names); for EAGLE, top-1 of its first draft token.
 # Training stops when the best held-out top-1 (head 1 for Medusa) of the last `patience`
 # evaluations beats the best before them by less than `min_delta`, or when the wall budget or
 # step cap is spent (`common.training.Stopping`); `stopped` says which. Wall times are of the
@@ -50,6 +53,12 @@ def data_of(k, counts=None):
     """What a teacher cache (its key ``k``; ``counts``: the teacher rule's sizes) holds, in words."""
     if k is None:
         return "unknown"
+    if "text" in k:  # reference text, held out on the corpus's held-out shard (common.teacher.from_text)
+        t, rec = k["text"], k["corpus"]
+        sizes = "" if counts is None else f" ({counts['train_tokens']} tokens)"
+        return (f"train: {t['sequences']} ShareGPT reference replies{sizes} after the held-out prompts, "
+                f"<= {t['max_len']} tokens each (no pass: text labels); held out: the corpus's greedy answers "
+                f"to the first {rec['heldout']} ShareGPT prompts")
     if "shards" in k:  # the sharded corpus (common.corpus)
         rec = k["corpus"]
         sizes = "" if counts is None else (f", {counts['corpus']['answer_tokens']} answer tokens, "
@@ -72,9 +81,11 @@ staged = Staged({"tables": base / "tables", "figures": base / "figures"})
 meta
 
 # %% md
-# One row per component: the budget it took (steps, examples, wall time) and the held-out
-# top-1 before training (step 0), at its best evaluation and at the end. Medusa's examples are
-# positions (each trains all heads), the draft's are sequences.
+# One row per component: the budget it took (steps, examples, wall time), the tokens of its
+# training set (prompts included, where its stats count them: EAGLE's count answer tokens only,
+# in its stats' `corpus`) and the held-out top-1 before training (step 0), at its best
+# evaluation and at the end. Medusa's examples are positions (each trains all heads), the
+# others' are sequences.
 
 # %%
 def top1(v):
@@ -86,6 +97,7 @@ for name, c in curves.items():
     s = stats[name]
     t = c.heldout_top1.map(top1)
     rows.append({"component": name, "steps": int(c.step.iloc[-1]), "examples_seen": int(c.examples_seen.iloc[-1]),
+                 "train_tokens": s.get("train_tokens"),
                  "evaluations": len(c), "train_wall_s": round(float(c.wall_s.iloc[-1]), 1),
                  "stopped": s["stopped"], "top1_untrained": t.iloc[0], "top1_best": t.max(),
                  "top1_final": t.iloc[-1], "heldout_loss_final": top1(c.heldout_loss.iloc[-1]),
