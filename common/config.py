@@ -501,7 +501,8 @@ def _values(profile: Profile, path: str) -> list[str]:
     mapping at that dotted path of the profile's config, or a name of :data:`_COMPUTED`."""
     if path in _COMPUTED:
         return _COMPUTED[path](profile)
-    optional = path.startswith("?")  # "{?a.b}": "" when the profile sets a.b, else the input is left out
+    # "{?a.b}": "" when the profile sets a.b (to anything but null), else the input is left out
+    optional = path.startswith("?")
     node = profile.raw
     for part in path.removeprefix("?").split("."):
         if not isinstance(node, Mapping) or part not in node:
@@ -509,7 +510,9 @@ def _values(profile: Profile, path: str) -> list[str]:
                 return []
             raise UserError(f"config/artifacts.yaml: '{{{path}}}' names nothing in profile {profile.name!r}")
         node = node[part]
-    return [""] if optional else [str(v) for v in node]
+    if optional:
+        return [] if node is None else [""]
+    return [str(v) for v in node]
 
 
 def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
@@ -517,8 +520,9 @@ def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -
 
     Each ``{dotted.path}`` in an input pattern expands over the config's values there, so the
     list follows the config (a group added to ``cross.groups`` adds its records); an input with
-    ``{?dotted.path}`` is declared only where the profile sets that key (a component some
-    profiles train).
+    ``{?dotted.path}`` is declared only where the profile sets that key to something other
+    than null (a component some profiles train: ``bild.small_layers`` null means released
+    small models, none trained).
     """
     artifacts = artifacts if artifacts is not None else load_artifacts()
     if aid not in artifacts:

@@ -111,3 +111,16 @@ def test_declared_inputs_follow_the_config():
     del cfg["profiles"]["embedded"]["firp"]["medusa_own"]
     got = artifact_inputs(load_profile(cfg, "embedded"), "firp.fig3")
     assert got and not any("medusa_own" in p for p in got)
+
+
+def test_small_model_curves_are_inputs_only_where_small_models_train():
+    """components.fig reads BiLD's small models' curves where the profile trains them
+    (bild.small_layers); null there (the paper profile's released T5/mT5 small models) leaves
+    them out, as an absent key would."""
+    cfg = read_config()
+    got = artifact_inputs(load_profile(cfg, "embedded"), "components.fig")
+    assert {"results/bild/raw/small_aligned_curve.jsonl", "results/bild/raw/small_unaligned_stats.json",
+            "results/bild/raw/compact_curve.jsonl"} <= set(got)
+    cfg["profiles"]["embedded"]["bild"]["small_layers"] = None
+    got = artifact_inputs(load_profile(cfg, "embedded"), "components.fig")
+    assert got and not any("small_" in p for p in got)
