@@ -49,7 +49,7 @@ from .checks import check_device
 from .data import load_dataset_samples
 from .errors import UserError, check_range, cli_main
 from .fast import cast_copy
-from .hardware import provenance
+from .hardware import code_version, provenance
 from .models import load_model
 from .paths import atomic_write
 from .prompts import encode_prompt
@@ -465,6 +465,7 @@ def _main(argv=None) -> None:
     ap.add_argument("--stats-out", type=Path, default=None, help="sizes and wall times (JSON)")
     add_args(ap)
     a = ap.parse_args(argv)
+    version = code_version()  # the code this pass loaded (read now, not when it ends)
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, device=str(check_device(a.device)))
@@ -473,7 +474,7 @@ def _main(argv=None) -> None:
              "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
              "corpus": data.get("corpus"),
-             "threads": torch.get_num_threads(), **provenance(a.model, a.device)}
+             "threads": torch.get_num_threads(), **provenance(a.model, a.device, version)}
     if a.stats_out:
         write_json(a.stats_out, stats)
     print(json.dumps(stats, indent=1))

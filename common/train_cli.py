@@ -16,7 +16,7 @@ import torch
 from .checks import check_device
 from .config import TrainConfig
 from .errors import check_range
-from .hardware import provenance
+from .hardware import code_version, provenance
 from .models import load_model
 from .records import write_json
 from .training import Stopping
@@ -76,6 +76,7 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     add_data_args(ap)
     add_component_args(ap)
     a = ap.parse_args(argv)
+    version = code_version()  # the code this run loaded, named in its stats (not a commit made while it trains)
     cfg, stop = train_setup(a, warmup_frac, schedule)
     device = str(check_device(a.device))
     if check_args:
@@ -86,7 +87,7 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     if check_model:
         check_model(a, model)
     stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
-    stats.update(provenance(a.model, device))
+    stats.update(provenance(a.model, device, version))
     if a.stats_out:
         write_json(a.stats_out, stats)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))

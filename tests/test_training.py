@@ -329,3 +329,23 @@ def test_corpus_cache_key_drops_default_settings():
     assert cache_key(**base, skip=0, max_prompt_tokens=None, dataset="sharegpt", batch_size=8) == base
     assert cache_key(**base, max_prompt_tokens=256) == base  # build_corpus's default
     assert cache_key(**base, skip=32, max_prompt_tokens=96) == {**base, "skip": 32, "max_prompt_tokens": 96}
+
+
+def test_stats_name_the_code_a_training_started_with(monkeypatch, tmp_path):
+    """A commit made while a training runs (hours, beside other work) is not the code that
+    trained: the stats name the version read when the run started."""
+    import common.train_cli
+    from common.models import tiny_llama
+    versions = iter(["started-at", "committed-meanwhile"])
+    monkeypatch.setattr(common.train_cli, "code_version", lambda: next(versions))
+    monkeypatch.setattr(common.hardware, "code_version", lambda: next(versions))
+    monkeypatch.setattr(common.train_cli, "load_model", lambda *a, **k: (tiny_llama(seed=0), None))
+
+    def add_data(ap):
+        ap.add_argument("--data", default=None)
+
+    def train_fn(a, model, tok, data, cfg, stop):
+        return {"trained": True}
+    common.train_cli.component_main("t", lambda ap: None, train_fn, (add_data, lambda a, m, t: None),
+                                    ["--model", "m", "--out", str(tmp_path), "--stats-out", str(tmp_path / "s.json")])
+    assert json.loads((tmp_path / "s.json").read_text())["code_version"] == "started-at"
