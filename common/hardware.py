@@ -136,8 +136,8 @@ class PeakMemory:
         self._sample()
 
 
-def provenance(model_name: str, device: str = "cpu", version: str | None = None) -> dict:
+def provenance(model_name: str, device: str, version: str) -> dict:
     """What a stats file says about where it was made (read by the components notebook).
-    ``version``: the code version the run read when it started (:func:`code_version` then: a
-    commit made while a training ran is not the code that trained); now, when not given."""
-    return {"model": model_name, "hardware": describe(device), "code_version": version or code_version()}
+    ``version``: :func:`code_version` read when the run started (a commit made while a
+    training ran is not the code that trained)."""
+    return {"model": model_name, "hardware": describe(device), "code_version": version}

@@ -199,9 +199,7 @@ def from_text(model, tokenizer, corpus_dir: Path, parts: Path, sequences: int, m
     recipe = manifest["recipe"]
     parts.mkdir(parents=True, exist_ok=True)
     wall = {}
-    held, wall["heldout_pass"] = _shard_pass(model, manifest["heldout"], corpus_dir, parts,
-                                             f"k{topk}.{str(model.dtype).removeprefix('torch.')}", topk, batch_size,
-                                             None, "teacher pass (held-out shard)")
+    held, wall["heldout_pass"] = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
     t = time.perf_counter()
     # the held-out shard answers the dataset's first `heldout` prompts: the text starts after them
     skip = recipe["heldout"] if recipe["dataset"] == "sharegpt" else 0
@@ -230,6 +228,16 @@ def shard_sequences(shard: "corpus_mod.Shard", max_prompt_tokens: int | None = N
         cut = 0 if max_prompt_tokens is None else max(0, seq["start"] - max_prompt_tokens)
         out.append({"ids": seq["ids"][cut:], "start": seq["start"] - cut})
     return out
+
+
+def _heldout_pass(model, manifest: dict, corpus_dir: Path, parts: Path, topk: int,
+                  batch_size: int) -> tuple[TeacherData, float]:
+    """The corpus's held-out shard passed in the model's own dtype (fp32 in the embedded
+    profile: its answers are greedy in the dtype decoding runs), whole prompts; kept in
+    ``parts`` like every shard's pass."""
+    tag = f"k{topk}.{str(model.dtype).removeprefix('torch.')}"
+    return _shard_pass(model, manifest["heldout"], corpus_dir, parts, tag, topk, batch_size, None,
+                       "teacher pass (held-out shard)")
 
 
 def _shard_pass(model, shard_meta: dict, corpus_dir: Path, parts: Path, tag: str, topk: int, batch_size: int,
@@ -269,8 +277,7 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
     parts.mkdir(parents=True, exist_ok=True)
     cut = "" if max_prompt_tokens is None else f"p{max_prompt_tokens}"
     wall = {"heldout_pass": 0.0, "train_pass": 0.0}
-    held, w = _shard_pass(model, manifest["heldout"], corpus_dir, parts, f"k{topk}.{str(model.dtype).removeprefix('torch.')}", topk, batch_size,
-                          None, "teacher pass (held-out shard)")
+    held, w = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
     wall["heldout_pass"] += w
     same = getattr(torch, pass_dtype) == model.dtype
     runner = model if same else None

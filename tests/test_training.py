@@ -338,7 +338,6 @@ def test_stats_name_the_code_a_training_started_with(monkeypatch, tmp_path):
     from common.models import tiny_llama
     versions = iter(["started-at", "committed-meanwhile"])
     monkeypatch.setattr(common.train_cli, "code_version", lambda: next(versions))
-    monkeypatch.setattr(common.hardware, "code_version", lambda: next(versions))
     monkeypatch.setattr(common.train_cli, "load_model", lambda *a, **k: (tiny_llama(seed=0), None))
 
     def add_data(ap):
