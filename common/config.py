@@ -521,8 +521,8 @@ def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -
     Each ``{dotted.path}`` in an input pattern expands over the config's values there, so the
     list follows the config (a group added to ``cross.groups`` adds its records); an input with
     ``{?dotted.path}`` is declared only where the profile sets that key to something other
-    than null (a component some profiles train: ``bild.small_layers`` null means released
-    small models, none trained).
+    than null (a component some profiles train, e.g. a paper package's ``small_layers``: null
+    means released models, none trained).
     """
     artifacts = artifacts if artifacts is not None else load_artifacts()
     if aid not in artifacts:

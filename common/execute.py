@@ -1,7 +1,7 @@
 """Execute one artifact's parameterized notebook with papermill, its kernel on Unix sockets.
 
-    python -m common.execute notebooks/pd.table1.ipynb OUT.ipynb -p artifact_id pd.table1 \
-        -p results_root results -p package prompt_decoding -p profile embedded -y '{"inputs": [...]}'
+    python -m common.execute notebooks/<artifact>.ipynb OUT.ipynb -p artifact_id <artifact> \
+        -p results_root results -p package <package> -p profile embedded -y '{"inputs": [...]}'
 
 Why not ``python -m papermill``: its kernels listen on TCP ports that jupyter_client picks by
 binding port 0, closing the socket and writing the number into the connection file; the kernel
