@@ -83,7 +83,8 @@ class Render:
         return max(spreads) if spreads and None not in spreads else None
 
     def trend(self, what: str, ours, paper=None, *, over: str | None = None, caveat: str | None = None,
-              gaps: list[tuple[float, float]] | None = None, evidence: bool = True) -> str:
+              gaps: list[tuple[float, float]] | None = None, evidence: bool = True,
+              mixed: str | None = None) -> str:
         """:func:`common.report.trend`'s line, kept as one of this table's verdicts and returned.
 
         ``over``: the range it was measured over (settings, latencies, datasets); ``caveat``: a
@@ -92,10 +93,15 @@ class Render:
         ``gaps``: the (ours, other) speedups the comparison rests on; when every one is inside
         the run's A/A spread the line says "within noise". ``evidence=False``: the comparison
         cannot test the paper (it holds by construction, or rests on a mismatch), so the line
-        reports the count without a holds / does-not-hold verdict."""
+        reports the count without a holds / does-not-hold verdict. ``mixed``: the rows compared
+        were trained on different data (:func:`common.report.mixed_data`), so the count is
+        reported as no test either way, with who saw what."""
         line = report.trend(what, ours, paper)
-        if not evidence:
-            head, _, _ = line.partition(" -> ")
+        head, _, _ = line.partition(" -> ")
+        if mixed:
+            line = f"{head} -> not a like-for-like test, no verdict"
+            caveat = f"{mixed}; {caveat}" if caveat else mixed
+        elif not evidence:
             line = f"{head} -> consistent, but not a test of the paper's claim"
         if gaps and all(report.within_noise(a, b, self.aa_spread) for a, b in gaps):
             line += " - within noise: every difference it counts is inside the run's A/A spread"

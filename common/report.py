@@ -338,6 +338,24 @@ def provenance(records: list[dict]) -> dict:
     return {k: ", ".join(sorted(map(str, df[k].unique()))) for k in keys if k in df}
 
 
+def data_of(stats: dict) -> str:
+    """One training's data from its stats file: '8960 sequences (64 held out)'."""
+    return f"{stats.get('train_sequences', '?')} sequences ({stats.get('heldout_sequences', '?')} held out)"
+
+
+def mixed_data(stats: dict[str, dict]) -> str | None:
+    """None when every training in ``stats`` (stats file by training name) learned from and was
+    measured on as many sequences as the others; else the caveat a verdict comparing them
+    carries, naming who saw what (a comparison across data sizes measures the data, not the
+    setting it varies)."""
+    groups: dict[str, list[str]] = {}
+    for name, s in stats.items():
+        groups.setdefault(data_of(s), []).append(name)
+    if len(groups) < 2:
+        return None
+    return "trained on different data: " + "; ".join(f"{', '.join(n)} on {d}" for d, n in groups.items())
+
+
 def share(flags: Iterable[bool]) -> str:
     """'7/9' for a list of comparisons that should each hold."""
     flags = [bool(f) for f in flags if f is not None and not (isinstance(f, float) and np.isnan(f))]

@@ -17,7 +17,7 @@ the step reads, the split points ``n``, the component's parameters and how it wa
 
     python -m firp.accuracy --model smollm2-135m-instruct --maps .cache/components/embedded/firp_maps/main \\
         --early-exit .cache/components/embedded/firp_early_exit --medusa .cache/components/embedded/medusa \\
-        --heldout-corpus .cache/components/embedded/corpus.pt --out results/firp/raw/topk.jsonl
+        --corpus-dir results/corpus/embedded --out results/firp/raw/topk.jsonl
 """
 from __future__ import annotations
 

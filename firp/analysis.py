@@ -8,7 +8,7 @@ Also measured: the untrained start (the identity map: the anchor's own state mov
 so the table shows what training adds. Raw JSONL, one record per (maps, step, layer):
 
     python -m firp.analysis --model smollm2-135m-instruct --maps .cache/components/embedded/firp_maps/main \\
-        --heldout-corpus .cache/components/embedded/corpus.pt --out results/firp/raw/cosine_main.jsonl
+        --corpus-dir results/corpus/embedded --out results/firp/raw/cosine_main.jsonl
 """
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def cosine_by_layer(model, maps: FirpMaps, seqs: list[tuple[torch.Tensor, int]],
 
 def maps_cli(description: str, argv, add_args=None):
     """The shared command line of FIRP's analyses (Figures 3 and 4): parse ``argv``, load the
-    model and the trained maps of ``--maps``, and the held-out greedy corpus.
+    model and the trained maps of ``--maps``, and the held-out greedy answers: the sharded
+    corpus's held-out shard (``--corpus-dir``: what every component's training measures on) or
+    a greedy corpus cache (``--heldout-corpus``, built on first use).
 
     Returns:
         ``(args, model, maps, meta, corpus)``: ``maps`` loaded with its training's state,
@@ -64,7 +66,6 @@ def maps_cli(description: str, argv, add_args=None):
     """
     import argparse
 
-    from common import selfdistill
     from common.checks import check_device
     from common.models import load_model
     from common.training import read_trained
@@ -76,13 +77,18 @@ def maps_cli(description: str, argv, add_args=None):
     ap.add_argument("--maps", type=Path, required=True, help="folder with maps.pt (python -m firp.train)")
     if add_args is not None:
         add_args(ap)
-    ap.add_argument("--heldout-corpus", type=Path, required=True)
+    ap.add_argument("--corpus-dir", type=Path, default=None, help="the sharded corpus (python -m common.corpus): "
+                    "its held-out shard")
+    ap.add_argument("--heldout-corpus", type=Path, default=None, help="a greedy corpus cache (instead of --corpus-dir)")
     ap.add_argument("--heldout-prompts", type=int, default=32)
     ap.add_argument("--answer-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
+    if (a.corpus_dir is None) == (a.heldout_corpus is None):
+        raise UserError("give the held-out answers as --corpus-dir (the sharded corpus's held-out shard) or "
+                        "--heldout-corpus (a greedy corpus cache), one of the two")
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, device=str(check_device(a.device)))
@@ -93,10 +99,22 @@ def maps_cli(description: str, argv, add_args=None):
     maps = new_maps(model, meta["layers"])
     maps.load_state_dict(state["module"])
     # loaded when asked, after the caller's own checks (load_or_build may have to generate it)
-    def corpus():
-        return selfdistill.load_or_build(a.heldout_corpus, model, tok, n_prompts=a.heldout_prompts,
-                                         max_new_tokens=a.answer_tokens)
-    return a, model, maps, meta, corpus
+    return a, model, maps, meta, lambda: heldout_answers(a, model, tok)
+
+
+def heldout_answers(a, model, tokenizer) -> list[dict]:
+    """The held-out greedy answers ``[{"ids": [L], "start": int}]`` of :func:`maps_cli`'s
+    arguments ``a``: the held-out shard of the sharded corpus ``a.corpus_dir`` (refused unless
+    written by this model), else the greedy corpus cache ``a.heldout_corpus`` (built on first use)."""
+    from common import selfdistill
+
+    if a.corpus_dir is not None:
+        from common import corpus as corpus_mod
+        from common.teacher import shard_sequences
+        corpus_mod.open_corpus(a.corpus_dir, model=model)
+        return shard_sequences(corpus_mod.heldout(a.corpus_dir))
+    return selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
+                                     max_new_tokens=a.answer_tokens)
 
 
 def _main(argv=None) -> None:

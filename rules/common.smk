@@ -238,6 +238,21 @@ def seq_inputs():
     return {"corpus": f".cache/components/{P.name}/corpus.pt", "seqcorpus": f".cache/components/{P.name}/seqcorpus.pt"}
 
 
+def heldout_inputs():
+    """The held-out greedy answers analyses measure on, those the in-forward trainers' curves
+    measured (:func:`seq_inputs` without the training set): the sharded corpus's held-out
+    shard, or the greedy corpus cache."""
+    return {k: v for k, v in seq_inputs().items() if k != "seqcorpus"}
+
+
+def heldout_flags(wildcards, input):
+    """``firp.analysis`` flags for :func:`heldout_inputs`."""
+    if hasattr(input, "shards"):
+        return f"--corpus-dir {Path(input.shards).parent}"
+    c = C["corpus"]
+    return f"--heldout-corpus {input.corpus} --heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']}"
+
+
 def seq_data_flags(wildcards, input):
     """``common.seqtrain`` flags: the greedy corpus caches among the inputs (a variant with its own
     base model, or source greedy), else the sharded corpus."""

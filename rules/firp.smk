@@ -34,17 +34,16 @@ rule firp_train:
 
 # Figure 4: how close the pseudo states come to the real ones, layer by layer (firp.analysis).
 rule firp_cosine:
-    input: maps=f"{COMP}/firp_maps/{{firpv}}/maps.pt", corpus=f"{COMP}/corpus.pt"
+    input: maps=f"{COMP}/firp_maps/{{firpv}}/maps.pt", **heldout_inputs()
     output: f"{FIRP_RAW}/cosine_{{firpv}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/firp_cosine_{{firpv}}.log"
     benchmark: f"{BENCH}/firp_cosine_{{firpv}}.tsv"
     threads: rule_threads("firp_cosine")
     resources: **rule_resources("firp_cosine")
-    params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device, maps=parent_of_maps
+    params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, maps=parent_of_maps, held=heldout_flags
     shell:
-        "{params.env} {params.py} -m firp.analysis --model {params.m} --maps {params.maps}"
-        " --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]}"
+        "{params.env} {params.py} -m firp.analysis --model {params.m} --maps {params.maps} {params.held}"
         " --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
 
 
@@ -106,7 +105,7 @@ if MEDUSA_OWN:
 rule firp_topk:
     input:
         maps=f"{COMP}/firp_maps/main/maps.pt", early=f"{COMP}/firp_early_exit/heads.pt",
-        medusa=f"{COMP}/medusa/heads.pt", corpus=f"{COMP}/corpus.pt",
+        medusa=f"{COMP}/medusa/heads.pt", **heldout_inputs(),
         **({"medusa_own": f"{COMP}/firp_medusa_own/heads.pt"} if MEDUSA_OWN else {}),
     output: f"{FIRP_RAW}/topk.jsonl"
     conda: "../env.yml"
@@ -115,12 +114,11 @@ rule firp_topk:
     threads: rule_threads("firp_topk")
     resources: **rule_resources("firp_topk")
     params:
-        env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device, maps=parent_of_maps,
-        early=firp_input_folder("early"), medusa=firp_medusa_flags,
+        env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, maps=parent_of_maps,
+        early=firp_input_folder("early"), medusa=firp_medusa_flags, held=heldout_flags,
     shell:
         "{params.env} {params.py} -m firp.accuracy --model {params.m} --maps {params.maps} --early-exit {params.early}"
-        " {params.medusa} --heldout-corpus {input.corpus} --heldout-prompts {params.c[prompts]}"
-        " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
+        " {params.medusa} {params.held} --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
 
 
 # The decoding benchmark of one dataset: the section's decoders (vanilla, self-speculative, Medusa

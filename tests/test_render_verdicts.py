@@ -54,6 +54,22 @@ def test_setup_only_and_existing_trend_count(R, tmp_path):
     assert header(_md(tmp_path))["verdict"].startswith("setup only (templates)")
 
 
+def test_a_comparison_across_training_data_is_no_test(R):
+    """Trainings on different data make the line name who saw what and give no verdict; the
+    same data (or one training) leave the line as it was."""
+    from common.report import mixed_data
+    a = {"train_sequences": 8960, "heldout_sequences": 64}
+    b = {"train_sequences": 320, "heldout_sequences": 32}
+    assert mixed_data({"x": a, "y": dict(a)}) is None and mixed_data({"x": a}) is None
+    mixed = mixed_data({"x": a, "y": b, "z": dict(b)})
+    assert mixed == "trained on different data: x on 8960 sequences (64 held out); y, z on 320 sequences (32 held out)"
+    line = R.trend("x >= y", [False, False], [True, True], mixed=mixed, caveat="stand-in data")
+    assert line.endswith(f"-> not a like-for-like test, no verdict [{mixed}; stand-in data]")
+    assert "holds" not in line and line in R.verdicts
+    same = R.trend("x >= y", [True], [True], mixed=mixed_data({"x": a, "y": dict(a)}))
+    assert same.endswith("the paper's trend holds here")
+
+
 def test_paper_beside_ours_merges_twins_with_a_ratio():
     df = pd.DataFrame({"dataset": ["a", "b"], "speedup": [1.0, 2.0], "paper speedup": [2.0, None],
                        "tau": [1.5, 1.6], "paper_tau": [3.0, 3.2], "other": [1, 2]})

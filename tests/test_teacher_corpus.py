@@ -122,6 +122,21 @@ def test_key_file_spares_reading_a_stale_cache(model, built, tmp_path, monkeypat
     assert calls == [path, path]
 
 
+def test_firp_analyses_measure_on_the_held_out_shard(model, built):
+    """FIRP's accuracy and cosine analyses read the same held-out answers as the trainers; one
+    source of them, never both or neither."""
+    import argparse
+
+    from firp.analysis import heldout_answers, maps_cli
+    answers = heldout_answers(argparse.Namespace(corpus_dir=built, heldout_corpus=None), model, None)
+    held = corpus.heldout(built).sequences()
+    assert len(answers) == len(held) > 0
+    assert [(list(s["ids"]), s["start"]) for s in answers] == [(list(s["ids"]), s["start"]) for s in held]
+    for extra in ([], ["--corpus-dir", str(built), "--heldout-corpus", "c.pt"]):
+        with pytest.raises(UserError, match="--corpus-dir .* or --heldout-corpus"):
+            maps_cli("x", ["--model", "m", "--maps", "m", "--out", "o.jsonl", *extra])
+
+
 def test_reference_text_is_trained_on_and_the_corpus_held_out_shard_evaluates(model, built, tmp_path, monkeypatch):
     """BiLD's unaligned small model (--text-sequences): ShareGPT's text after the corpus's
     held-out prompts trains, the held-out shard evaluates, and the text costs no forward pass."""

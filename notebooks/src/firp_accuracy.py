@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from common import report
 from common.render import Render, paper_numbers
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -38,10 +39,12 @@ records = [*topk, *stats.values(), *(s for s in (early, medusa) if s)]
 if topk:
     data = (f"every split point of the greedy answers to {topk[0]['heldout_sequences']} held-out ShareGPT prompts "
             f"({topk[0]['n']} points, the same for every method)")
-else:
+else:  # each training measured on its own run's held-out answers: say so where they differ
     s0 = next(iter(stats.values()))
+    mixed = report.mixed_data(stats)
     data = (f"maps trained on greedy answers to {s0['train_sequences']} ShareGPT prompts; measured on every split "
-            f"point of the greedy answers to {s0['heldout_sequences']} held-out ones")
+            f"point of the greedy answers to {s0['heldout_sequences']} held-out ones") if not mixed else (
+        f"maps on greedy answers to ShareGPT prompts, {mixed}; each measured on every split point of its held-out ones")
 meta = {"model": ", ".join(sorted({r["model"] for r in records})), "profile": profile, "data": data,
         "hardware": ", ".join(sorted({r["hardware"] for r in records})),
         "code_version": ", ".join(sorted({r["code_version"] for r in records})),
@@ -57,9 +60,10 @@ def top(acc, k):
 
 
 def training(name):
-    """What one sweep training cost and why it ended (the flat rule is off: 'epochs' expected)."""
+    """What one sweep training saw, cost and why it ended (the flat rule is off: 'epochs' expected)."""
     s = stats[name]
-    return {"steps": s["steps"], "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1),
+    return {"train_seqs": s["train_sequences"], "heldout_seqs": s["heldout_sequences"], "steps": s["steps"],
+            "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1),
             "trained_on": s["hardware"].split(", torch")[0]}  # training minutes compare only on one device
 
 
@@ -112,7 +116,7 @@ rows = []
 for r in df.itertuples():
     head = "" if r.method == "firp" else " (shared LM head)" if r.share_lm_head else " (own LM heads)"
     rows.append({"method": NAMES[r.method] + head, "step": r.step, "N": r.distance, "reads layer": r.layer,
-                 **{f"top{k}": top(r.acc, k) for k in (*KS, 10)}, "component_params": r.params, "trained_steps": r.steps,
+                 **{f"top{k}": top(r.acc, k) for k in (*KS, 10)}, "component_params": r.params, "train_seqs": r.train_sequences, "trained_steps": r.steps,
                  "stopped": r.stopped})
 table = pd.DataFrame(rows)
 K = int(df.step.max())
@@ -131,10 +135,14 @@ title(fig)
 R.save_figure(fig)
 claims("fig3")
 firp_ = df[df.method == "firp"].set_index("step")
+seen = {NAMES[m]: {"train_sequences": g.train_sequences.iloc[0], "heldout_sequences": g.heldout_sequences.iloc[0]}
+        for m, g in df.groupby("method")}  # what each component trained on ("?" where its record does not say)
+seen = {m: {k: ("?" if pd.isna(v) else int(v)) for k, v in d.items()} for m, d in seen.items()}
 for other in [m for m in NAMES if m != "firp"]:
     o = df[df.method == other].set_index("step")
     print(R.trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)",
-                [top(firp_.acc[s], k) >= top(o.acc[s], k) for s in firp_.index for k in KS]))
+                [top(firp_.acc[s], k) >= top(o.acc[s], k) for s in firp_.index for k in KS],
+                mixed=report.mixed_data({m: seen[m] for m in ("FIRP", NAMES[other])})))
 if early is not None and medusa is not None:  # the heads' own held-out numbers (their trainer's positions)
     print("early-exit / Medusa held-out top-1 per step as their trainer measured them:",
           [round(x, 3) for x in early["heldout_top1"]], "/", [round(x, 3) for x in medusa["heldout_top1"][:K]])
@@ -142,8 +150,9 @@ R.save_table(table, meta)
 
 # %% md [firp.fig5]
 # ## Figure 5: first-step accuracy vs prediction layer
-# One training per layer of a single map (*K* = 1), each on the same data for the same number
-# of steps (config `firp.ablation.fig5` names them). A lower layer gives the pseudo state more
+# One training per layer of a single map (*K* = 1), each by the same recipe (config
+# `firp.ablation.fig5` names them); `train_seqs` and `steps` say what each saw, and where the
+# rows saw different data the verdicts say so and call no test either way. A lower layer gives the pseudo state more
 # layers to gather context through, at more cost per step; the paper finds accuracy flat from
 # the low to the middle layers and falling fast above, and picks the middle.
 
@@ -167,9 +176,11 @@ R.save_figure(fig)
 claims("fig5")
 low, high = table[table.layer <= mid], table[table.layer >= mid]
 print(R.trend(f"layers up to the middle ({mid}) within 10% of each other (top-1)",
-            [abs(a - b) <= 0.1 * max(a, b) for a, b in itertools.combinations(low.top1, 2)]))
+            [abs(a - b) <= 0.1 * max(a, b) for a, b in itertools.combinations(low.top1, 2)],
+            mixed=report.mixed_data({n: stats[n] for n in low.variant})))
 print(R.trend(f"above the middle ({mid}) each higher layer is less accurate (top-1, top-5)",
-            [b < a for c in ("top1", "top5") for a, b in zip(high[c], high[c][1:])]))
+            [b < a for c in ("top1", "top5") for a, b in zip(high[c], high[c][1:])],
+            mixed=report.mixed_data({n: stats[n] for n in high.variant})))
 print("ours: top-1 at the middle / the highest layer:", round(high.top1.iloc[0], 3), "/", round(high.top1.iloc[-1], 3))
 R.save_table(table, meta)
 
@@ -202,9 +213,10 @@ title(fig)
 R.save_figure(fig)
 claims("fig6")
 print(R.trend("step 2 no more accurate as its layer moves up (top-1, top-5)",
-            [b <= a for c in ("step2_top1", "step2_top5") for a, b in zip(table[c], table[c][1:])]))
+            [b <= a for c in ("step2_top1", "step2_top5") for a, b in zip(table[c], table[c][1:])],
+            mixed=report.mixed_data(stats)))
 print(R.trend("the highest step-2 layer is the least accurate (top-1, top-5)",
-            [table[c].iloc[-1] == table[c].min() for c in ("step2_top1", "step2_top5")]))
+            [table[c].iloc[-1] == table[c].min() for c in ("step2_top1", "step2_top5")], mixed=report.mixed_data(stats)))
 R.save_table(table, meta)
 
 # %% md [firp.fig7]
@@ -236,7 +248,8 @@ title(fig)
 R.save_figure(fig)
 claims("fig7")
 on, off = (table[table.setting == s].iloc[0] for s in ("not masked", "masked"))
-print(R.trend("masked < not masked for step 2 (top-1..5)", [off[f"step2_top{k}"] < on[f"step2_top{k}"] for k in KS]))
+print(R.trend("masked < not masked for step 2 (top-1..5)", [off[f"step2_top{k}"] < on[f"step2_top{k}"] for k in KS],
+            mixed=report.mixed_data(stats)))
 R.save_table(table, meta)
 
 # %%
