@@ -112,6 +112,8 @@ meta
 NAMES = {m: n for m, n in {"firp": "FIRP", "early_exit": "early exit", "medusa": "Medusa",
                             "medusa_own": "Medusa-1"}.items() if m in {r["method"] for r in topk}}
 df = pd.DataFrame(topk)
+for col in ("train_sequences", "heldout_sequences"):  # what each component trained on, where its record says
+    df[col] = df[col] if col in df else None
 rows = []
 for r in df.itertuples():
     head = "" if r.method == "firp" else " (shared LM head)" if r.share_lm_head else " (own LM heads)"
