@@ -23,7 +23,7 @@ import pandas as pd
 
 from common.metrics import rouge_2
 from common.render import Render, paper_numbers
-from common.report import provenance, summarize
+from common.report import components_line, provenance, summarize
 from common.tree_search import best_tree, expected_accept_length
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -36,7 +36,9 @@ firp_stats = R.find("train_main_stats.json")
 medusa_stats = R.find("medusa_stats.json", required=False)
 paper = paper_numbers(package)
 records = [r for recs in benches.values() for r in recs]
-meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs)}
+meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs),
+        # the datasets run in different sessions: the same maps and heads in each?
+        "components": components_line({f"bench_{k}": v for k, v in benches.items()})}
 # draft parameters (the paper's "draft size"): FIRP's maps, Medusa's heads, none for the others
 DRAFT = {"firp": firp_stats["params"], "medusa": medusa_stats["params"] if medusa_stats else None,
          "self_speculative": 0, "vanilla": 0}
