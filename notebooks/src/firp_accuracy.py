@@ -145,9 +145,13 @@ for other in [m for m in NAMES if m != "firp"]:
     print(R.trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)",
                 [top(firp_.acc[s], k) >= top(o.acc[s], k) for s in firp_.index for k in KS],
                 mixed=report.mixed_data({m: seen[m] for m in ("FIRP", NAMES[other])})))
-if early is not None and medusa is not None:  # the heads' own held-out numbers (their trainer's positions)
-    print("early-exit / Medusa held-out top-1 per step as their trainer measured them:",
-          [round(x, 3) for x in early["heldout_top1"]], "/", [round(x, 3) for x in medusa["heldout_top1"][:K]])
+# the heads' own held-out numbers (their trainer's positions), where their records are of the heads scored
+scored = {m: g.steps.iloc[0] for m, g in df.groupby("method")}
+for m, s in (("early_exit", early), ("medusa", medusa)):
+    if s is not None and m in scored:
+        print(f"{NAMES[m]} held-out top-1 per step as its trainer measured it:",
+              [round(x, 3) for x in s["heldout_top1"][:K]] if s["steps"] == scored[m] else
+              f"not shown: its training record ({s['steps']} steps) is not of the heads scored here ({scored[m]} steps)")
 R.save_table(table, meta)
 
 # %% md [firp.fig5]
