@@ -150,8 +150,8 @@ scored = {m: g.steps.iloc[0] for m, g in df.groupby("method")}
 for m, s in (("early_exit", early), ("medusa", medusa)):
     if s is not None and m in scored:
         print(f"{NAMES[m]} held-out top-1 per step as its trainer measured it:",
-              [round(x, 3) for x in s["heldout_top1"][:K]] if s["steps"] == scored[m] else
-              f"not shown: its training record ({s['steps']} steps) is not of the heads scored here ({scored[m]} steps)")
+              [round(x, 3) for x in s["heldout_top1"][:K]] if s.get("steps") == scored[m] else
+              f"not shown: its training record ({s.get('steps')} steps) is not of the heads scored here ({scored[m]} steps)")
 R.save_table(table, meta)
 
 # %% md [firp.fig5]
