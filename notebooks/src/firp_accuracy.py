@@ -60,7 +60,8 @@ def top(acc, k):
 
 
 def training(name):
-    """What one sweep training saw, cost and why it ended (the flat rule is off: 'epochs' expected)."""
+    """What one sweep training saw, cost and why it ended: 'max steps', 'flat' (the sweep recipe's
+    patience) or 'wall budget' (config ``firp.variants``)."""
     s = stats[name]
     return {"train_seqs": s["train_sequences"], "heldout_seqs": s["heldout_sequences"], "steps": s["steps"],
             "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1),
