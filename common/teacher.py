@@ -201,15 +201,31 @@ def from_text(model, tokenizer, corpus_dir: Path, parts: Path, sequences: int, m
     wall = {}
     held, wall["heldout_pass"] = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
     t = time.perf_counter()
-    # the held-out shard answers the dataset's first `heldout` prompts: the text starts after them
-    skip = recipe["heldout"] if recipe["dataset"] == "sharegpt" else 0
-    train = text_only(sharegpt_text(tokenizer, sequences, skip=skip, max_len=max_len,
-                                    max_prompt_tokens=max_prompt_tokens))
+    train = text_only(corpus_text(tokenizer, manifest, sequences, max_len, max_prompt_tokens))
     wall["train_text"] = time.perf_counter() - t
     key = _text_key(model, manifest, sequences, max_len, max_prompt_tokens, topk)
     return {"key": key, "train": train, "heldout": held, "wall_s": wall,
             "corpus": {"dir": str(corpus_dir), "heldout_sequences": manifest["heldout"]["sequences"],
-                       "text_skip": skip}}
+                       "text_skip": text_skip(manifest)}}
+
+
+def text_skip(manifest: dict) -> int:
+    """How many ShareGPT samples a reference-text training set skips: the held-out shard answers
+    the dataset's first ``heldout`` prompts, so the text starts after them (none after another
+    dataset's held-out shard, which shares no conversation with ShareGPT)."""
+    recipe = manifest["recipe"]
+    return recipe["heldout"] if recipe["dataset"] == "sharegpt" else 0
+
+
+def corpus_text(tokenizer, manifest: dict, sequences: int, max_len: int, max_prompt_tokens: int) -> list[dict]:
+    """ShareGPT's reference replies beside a sharded corpus (its manifest, from
+    :func:`common.corpus.open_corpus`): ``sequences`` conversations after its held-out prompts
+    (:func:`text_skip`), so the held-out shard's prompts are never trained on. The training
+    shards answer the conversations in the same order from the same start, so ``sequences`` equal
+    to the shards' count gives the reference replies to the prompts the greedy shards answer.
+    Returns :func:`sharegpt_text`'s ``[{"ids", "start"}]``."""
+    return sharegpt_text(tokenizer, sequences, skip=text_skip(manifest), max_len=max_len,
+                         max_prompt_tokens=max_prompt_tokens)
 
 
 def _text_key(model, manifest: dict, sequences, max_len, max_prompt_tokens, topk) -> dict:

@@ -34,7 +34,9 @@ random insertion point per sample made cheap by sharing the sequence's forward):
 writes ``DIR/prompts.pt`` (a :mod:`common.training` checkpoint that also holds ``acc``, the
 held-out top-k accuracy per distance the sparse tree is built from), ``DIR/curve.jsonl`` and
 ``DIR/stats.json``. ``--no-distill`` trains on ShareGPT's reference replies with cross-entropy
-(the paper's ablation); the held-out metric stays agreement with the model's greedy tokens.
+(the paper's ablation): with ``--corpus-dir`` the replies to the same conversations the corpus's
+training shards answer (as many, after its held-out prompts), so only the labels differ from the
+distilled training; the held-out metric stays agreement with the model's greedy tokens.
 """
 from __future__ import annotations
 
@@ -270,7 +272,8 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: Pr
 
 def _main(argv=None) -> None:
     from common import seqtrain
-    from common.teacher import sharegpt_text
+    from common.corpus import open_corpus
+    from common.teacher import corpus_text, sharegpt_text
     from common.train_cli import component_main
 
     def add_args(ap):
@@ -293,9 +296,14 @@ def _main(argv=None) -> None:
     def run(a, model, tok, data, cfg, stop):
         text = None
         if a.no_distill:
-            text = [(torch.tensor(s["ids"], device=model.device), s["start"]) for s in
-                    sharegpt_text(tok, a.prompts, skip=a.heldout_prompts, max_len=a.max_prompt_tokens + a.answer_tokens,
-                                  max_prompt_tokens=a.max_prompt_tokens)]
+            max_len = a.max_prompt_tokens + a.answer_tokens
+            if a.corpus_dir is not None:  # the reference replies to the prompts the corpus's shards answer
+                manifest = open_corpus(a.corpus_dir, model=model)
+                raw = corpus_text(tok, manifest, len(data["train"]), max_len, a.max_prompt_tokens)
+            else:  # the --prompts conversations after the held-out greedy corpus's
+                raw = sharegpt_text(tok, a.prompts, skip=a.heldout_prompts, max_len=max_len,
+                                    max_prompt_tokens=a.max_prompt_tokens)
+            text = [(torch.tensor(s["ids"], device=model.device), s["start"]) for s in raw]
         recipe = PromptRecipe(m=a.m, n=a.n, mask=a.mask, cuts=a.cuts, distill=not a.no_distill, init_text=a.init_text,
                               eval_seqs=a.eval_seqs, extras=extras_of(a), init_from=a.init_from)
         stats = train_prompts(model, tok, data, a.out, cfg, stop, recipe, curve_path=a.curve_out, text_seqs=text)

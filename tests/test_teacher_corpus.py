@@ -188,3 +188,45 @@ def test_text_sequences_need_the_corpus(tmp_path):
     a = ap.parse_args(["--teacher", str(tmp_path / "t.pt"), "--heldout-corpus", "x.pt", "--text-sequences", "8"])
     with pytest.raises(UserError, match="--text-sequences needs --corpus-dir"):
         teacher.from_args(a, None, None)
+
+
+def test_reference_text_beside_the_corpus_skips_its_held_out_prompts(built, monkeypatch):
+    """corpus_text: the conversations after the corpus's held-out prompts, as many as asked."""
+    asked = {}
+
+    def stand_in(tok, n, skip, max_len, max_prompt_tokens):
+        asked.update(n=n, skip=skip, max_len=max_len, max_prompt_tokens=max_prompt_tokens)
+        return [{"ids": [1, 2, 3], "start": 1}] * n
+    monkeypatch.setattr(teacher, "sharegpt_text", stand_in)
+    manifest = corpus.read_manifest(built)
+    assert len(teacher.corpus_text(None, manifest, 5, 40, 7)) == 5
+    assert asked == {"n": 5, "skip": manifest["recipe"]["heldout"], "max_len": 40, "max_prompt_tokens": 7}
+    other = {**manifest, "recipe": {**manifest["recipe"], "dataset": "mt-bench"}}
+    teacher.corpus_text(None, other, 2, 40, 7)
+    assert asked["skip"] == 0  # another dataset's held-out shard shares no ShareGPT conversation
+
+
+def test_prompt_tokens_without_distillation_learn_the_replies_to_the_corpus_prompts(model, built, tmp_path,
+                                                                                       monkeypatch):
+    """--no-distill with --corpus-dir: the reference replies to as many conversations as the
+    corpus's training shards answer, after its held-out prompts (the ablation changes the labels
+    only), not --prompts after --heldout-prompts (which skip the greedy corpus cache's prompts)."""
+    import common.train_cli
+    import prompt_decoding.train as pd_train
+    monkeypatch.setattr(common.train_cli, "load_model", lambda name, **kw: (model, None))
+    asked, got = {}, {}
+
+    def stand_in(tok, n, skip, max_len, max_prompt_tokens):
+        asked.update(n=n, skip=skip)
+        return [{"ids": [1, 5, 6, 7], "start": 1}] * n
+
+    def trained(model, tok, data, out, cfg, stop, recipe, curve_path=None, text_seqs=None):
+        got.update(train=len(data["train"]), text=len(text_seqs), distill=recipe.distill)
+        return {"heldout_top1": [0.0]}
+    monkeypatch.setattr(teacher, "sharegpt_text", stand_in)
+    monkeypatch.setattr(pd_train, "train_prompts", trained)
+    pd_train._main(["--model", "m", "--out", str(tmp_path / "p"), "--corpus-dir", str(built), "--no-distill",
+                    "--prompts", "3", "--heldout-prompts", "1", "--init-text", ""])
+    shards = sum(len(s) for s in corpus.iter_shards(built))
+    assert got == {"train": shards, "text": shards, "distill": False}
+    assert asked == {"n": shards, "skip": corpus.read_manifest(built)["recipe"]["heldout"]}

@@ -223,8 +223,8 @@ R.save_table(table, meta)
 # %% md [pd.table3]
 # ## Table 3: distillation, epochs and batch size
 # Each training here against the reference (distillation, 1 sequence per step): without
-# distillation (cross-entropy on ShareGPT's own replies instead of KL to the model's
-# distributions along its greedy answers) and with 4 sequences per step. The paper trains a fixed
+# distillation (cross-entropy on ShareGPT's own replies to the same conversations instead of KL
+# to the model's distributions along its greedy answers to them) and with 4 sequences per step. The paper trains a fixed
 # number of epochs per row; here each training stops when its held-out curve flattens (or at its
 # wall budget), so the epoch rows are the reference's learning curve at each whole epoch,
 # measured on the curve's held-out subset (`measured_on`) rather than on every held-out answer.
