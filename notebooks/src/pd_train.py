@@ -235,6 +235,7 @@ for name, s in stats.items():
     rows.append({"variant": name, "EPTs": s["n"], "KD": s["distill"], "batch": s["config"]["batch_size"],
                  "train_seqs": s["train_sequences"],
                  "epochs": round(s["steps"] * s["config"]["batch_size"] / s["train_sequences"], 2),
+                 "steps": s["steps"], "stopped": s["stopped"],  # a wall budget may end one row before its step limit
                  "measured_on": f"{s['heldout_sequences']} held-out answers", **acc_cols(s)})
 c = curves[ref_name]
 ep = c.examples_seen / stats[ref_name]["train_sequences"]
