@@ -224,10 +224,13 @@ R.save_table(table, meta)
 # ## Table 3: distillation, epochs and batch size
 # Each training here against the reference (distillation, 1 sequence per step): without
 # distillation (cross-entropy on ShareGPT's own replies to the same conversations instead of KL
-# to the model's distributions along its greedy answers to them) and with 4 sequences per step. The paper trains a fixed
-# number of epochs per row; here each training stops when its held-out curve flattens (or at its
-# wall budget), so the epoch rows are the reference's learning curve at each whole epoch,
-# measured on the curve's held-out subset (`measured_on`) rather than on every held-out answer.
+# to the model's distributions along its greedy answers to them) and with 4 sequences per step.
+# The paper trains a fixed number of epochs per row; here each training stops at its step limit,
+# when its held-out curve flattens or at its wall budget (`steps`, `stopped`), so the rows may
+# have seen different numbers of sequences (`epochs`). Two kinds of extra rows come from the
+# learning curves, measured on the curve's held-out subset (`measured_on`) rather than on every
+# held-out answer: the batch sizes compared at equal sequences seen (the paper's equal epochs),
+# and the reference at each whole epoch it completed (none where it trains on less than one).
 
 # %% [pd.table3]
 rows = []
@@ -245,6 +248,21 @@ for e in range(1, int(ep.max()) + 1):
                  "batch": stats[ref_name]["config"]["batch_size"], "epochs": round(float(ep[r.name]), 2),
                  "measured_on": "the curve's held-out subset", "acc1_top1": r.heldout_top1[0], "acc1_top5": r.heldout_top5[0],
                  "acc2_top1": r.heldout_top1[1], "acc2_top5": r.heldout_top5[1], "steps": int(r.step)})
+# The paper compares batch sizes at equal epochs; a step limit or a wall budget ends the two
+# trainings at different sequences seen, so both are also read off their curves where they had
+# seen the same number of sequences (the fewer of the two), on the curve's held-out subset.
+batch = [n for n, s in stats.items() if s["config"]["batch_size"] != stats[ref_name]["config"]["batch_size"]]
+equal = {}
+for name in batch:
+    seen = int(min(curves[ref_name].examples_seen.max(), curves[name].examples_seen.max()))
+    for n in (ref_name, name):
+        r = curves[n].loc[(curves[n].examples_seen - seen).abs().idxmin()]
+        equal[(name, n)] = {"variant": f"{n} (curve, {int(r.examples_seen)} seen)", "EPTs": stats[n]["n"],
+                            "KD": stats[n]["distill"], "batch": stats[n]["config"]["batch_size"],
+                            "epochs": round(int(r.examples_seen) / stats[n]["train_sequences"], 2), "steps": int(r.step),
+                            "measured_on": "the curve's held-out subset", "acc1_top1": r.heldout_top1[0],
+                            "acc1_top5": r.heldout_top5[0], "acc2_top1": r.heldout_top1[1], "acc2_top5": r.heldout_top5[1]}
+        rows.append(equal[(name, n)])
 table = pd.DataFrame(rows)
 pp = pd.DataFrame(paper["table3"]["rows"], columns=paper["table3"]["columns"])
 print("paper:", paper["table3"]["cite"])
@@ -256,12 +274,18 @@ for name, s in stats.items():
         print(R.trend("distillation >= cross-entropy on the references (each metric)", [ref[c] >= r[c] for c in COLS],
                     [a >= b for a, b in zip(pp.iloc[5, 4:], pp.iloc[6, 4:])],
                     mixed=report.mixed_data({n: stats[n] for n in (ref_name, name)})))
-    if s["config"]["batch_size"] != stats[ref_name]["config"]["batch_size"]:
+    if name in batch:
+        mixed = report.mixed_data({n: stats[n] for n in (ref_name, name)})
         r = table[table.variant == name].iloc[0]
         small, big = (ref, r) if ref.batch < r.batch else (r, ref)
-        print(R.trend("a smaller batch >= a larger one (each metric)", [small[c] >= big[c] for c in COLS],
-                    [a >= b for a, b in zip(pp.iloc[7, 4:], pp.iloc[5, 4:])],
-                    mixed=report.mixed_data({n: stats[n] for n in (ref_name, name)})))
+        print(R.trend("a smaller batch >= a larger one (each metric, each training's kept weights)",
+                    [small[c] >= big[c] for c in COLS], [a >= b for a, b in zip(pp.iloc[7, 4:], pp.iloc[5, 4:])],
+                    mixed=mixed))
+        a, b = equal[(name, ref_name)], equal[(name, name)]
+        small, big = (a, b) if a["batch"] < b["batch"] else (b, a)
+        print(R.trend("a smaller batch >= a larger one at equal sequences seen (each metric, curve subset)",
+                    [small[c] >= big[c] for c in COLS], [a >= b for a, b in zip(pp.iloc[7, 4:], pp.iloc[5, 4:])],
+                    mixed=mixed))
 cur = table[table.variant.str.endswith("(curve)")]
 if len(cur) > 1:
     print(R.trend("accuracy rises with epochs along the reference's curve (@1 top-1)",
