@@ -196,7 +196,6 @@ def from_text(model, tokenizer, corpus_dir: Path, parts: Path, sequences: int, m
     manifest = corpus_mod.open_corpus(corpus_dir, model=model, tokenizer=tokenizer)
     if not manifest["heldout"]:
         raise UserError(f"corpus {corpus_dir} has no held-out shard yet; valid: a corpus built by python -m common.corpus")
-    recipe = manifest["recipe"]
     parts.mkdir(parents=True, exist_ok=True)
     wall = {}
     held, wall["heldout_pass"] = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)

@@ -272,7 +272,7 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: Pr
 
 def _main(argv=None) -> None:
     from common import seqtrain
-    from common.corpus import open_corpus
+    from common.corpus import read_manifest
     from common.teacher import corpus_text, sharegpt_text
     from common.train_cli import component_main
 
@@ -298,8 +298,8 @@ def _main(argv=None) -> None:
         if a.no_distill:
             max_len = a.max_prompt_tokens + a.answer_tokens
             if a.corpus_dir is not None:  # the reference replies to the prompts the corpus's shards answer
-                manifest = open_corpus(a.corpus_dir, model=model)
-                raw = corpus_text(tok, manifest, len(data["train"]), max_len, a.max_prompt_tokens)
+                # (from_args has already checked the corpus against the model: its manifest is read only)
+                raw = corpus_text(tok, read_manifest(a.corpus_dir), len(data["train"]), max_len, a.max_prompt_tokens)
             else:  # the --prompts conversations after the held-out greedy corpus's
                 raw = sharegpt_text(tok, a.prompts, skip=a.heldout_prompts, max_len=max_len,
                                     max_prompt_tokens=a.max_prompt_tokens)
