@@ -7,8 +7,8 @@ not outlive it. So the finished checkpoints behind committed benchmarks are kept
 without their optimizer state, under ``results/<package>/checkpoints/<profile>/``, mirroring
 ``.cache/components/<profile>/``:
 
-    python tools/checkpoints.py keep firp firp_maps/main medusa   # cache -> results (stripped)
-    python tools/checkpoints.py restore firp                      # results -> cache
+    python tools/checkpoints.py keep cross firp_maps/main medusa   # cache -> results (stripped)
+    python tools/checkpoints.py restore cross                      # results -> cache
 
 ``restore`` never overwrites a checkpoint that is already in the cache, and gives the copies a
 fresh time stamp, so that ``--rerun-triggers mtime`` finds them newer than the corpora. The
