@@ -251,7 +251,8 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                 rec = {"question_id": s.question_id, "category": s.category, "decoder": name, "tokens": o.tokens,
                        "new_tokens": st["new_tokens"], "steps": st["steps"],
                        "accept_lengths": st["accept_lengths"], "wall_time": st["wall_time"],
-                       "peak_mem_bytes": mem.peak, "prompt_tokens": int(ids.shape[1]), **meta,
+                       "peak_mem_bytes": mem.peak, "mem_growth_bytes": mem.growth,
+                       "prompt_tokens": int(ids.shape[1]), **meta,
                        "decoder_config": cfgs.get(name, {}), "components": components[name],
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
                 if d.tokenizer is not None:  # quality metrics read text, not ids (notebooks load no tokenizer)

@@ -2,6 +2,10 @@
 waits for the device."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import gc
 import os
 import platform
 import subprocess
@@ -91,30 +95,70 @@ def _rss() -> int:
         return psutil.Process().memory_info().rss
 
 
-class PeakMemory:
-    """Peak memory during a ``with`` block, in bytes.
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library is not glibc (musl, macOS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
-    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the resident set sampled every
-    ``interval`` seconds by a background thread, on entry, and once more on exit (torch's CPU
-    allocations are invisible to tracemalloc). The kernel's own high-water mark (``VmHWM``
-    reset through ``/proc/self/clear_refs``) is not used: on one machine the reset was
-    accepted, looked effective, and the peak still stayed at the process's lifetime maximum,
-    which no check inside the process can tell apart from a real peak. Sampling cannot be
-    fooled that way; a peak held for less than ``interval`` can be missed. ``samples`` counts
-    the samples taken. ``peak`` is this process's memory, model weights included; worker
-    processes are not counted.
+
+def release_free_memory() -> bool:
+    """Hand the pages the C allocator holds free back to the OS (``malloc_trim(0)``), so that the
+    resident set counts live memory again; False where that is not possible (no glibc).
+
+    Why: a freed torch CPU tensor stays resident in the allocator's heap until something trims
+    it, so without this the resident set only ever grows, and a call's peak would include
+    whatever any earlier call left behind."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+class PeakMemory:
+    """Peak memory during a ``with`` block, in bytes, and how far it rose above the entry.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` (reset on entry); ``base`` is
+    ``memory_allocated`` at entry. CPU: the resident set sampled every ``interval`` seconds by
+    a background thread, on entry, and once more on exit (torch's CPU allocations are invisible
+    to tracemalloc). On entry a CPU block first collects garbage and returns the allocator's free
+    pages to the OS (:func:`release_free_memory`), so ``base`` is the memory live at entry; the
+    resident set alone never shrinks, which made every call's peak the process's high-water mark
+    so far (a ``vanilla`` call after a lookahead call reported lookahead's memory). ``growth``
+    (``peak - base``) is what the block itself added: its transient tensors, and whatever
+    native caches it grew that outlive it (oneDNN keeps compiled kernels per input shape, so a
+    decoder whose step shapes vary grows them in the calls that meet new shapes). The
+    kernel's own high-water mark (``VmHWM`` reset through ``/proc/self/clear_refs``) is not used:
+    on one machine the reset was accepted, looked effective, and the peak still stayed at the
+    process's lifetime maximum, which no check inside the process can tell apart from a real
+    peak. Sampling cannot be fooled that way; a peak held for less than ``interval`` can be
+    missed. ``samples`` counts the samples taken. ``peak`` is this process's memory, model
+    weights included; worker processes are not counted. The entry's collection and trim run
+    before the block, outside any clock the block reads.
     """
 
     def __init__(self, device: str = "cpu", interval: float = 0.002):
-        self.device, self.interval, self.peak, self.samples = device, interval, 0, 0
+        self.device, self.interval, self.peak, self.samples, self.base = device, interval, 0, 0, 0
         self._thread = None
+
+    @property
+    def growth(self) -> int:
+        """Bytes the block rose above its entry (``peak - base``, never negative)."""
+        return max(0, self.peak - self.base)
 
     def __enter__(self):
         if self.device.startswith("cuda"):
+            self.base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             return self
+        gc.collect()
+        release_free_memory()
         self._stop = threading.Event()
         self._sample()
+        self.base = self.peak
         self._thread = threading.Thread(target=self._run, daemon=True, name="peak-memory")
         self._thread.start()
         return self

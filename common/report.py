@@ -55,6 +55,24 @@ def summarize(records: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
     return out
 
 
+def extra_memory(records: list[dict], baseline: str = "vanilla") -> dict[str, float | None]:
+    """``{decoder: MiB}``: the most memory one call of the decoder added above its entry
+    (``mem_growth_bytes``, the largest over its prompts) minus the same for ``baseline``, in
+    the same records. What a decoder's own buffers, trees and drafts' caches cost at decode time;
+    the weights of a trained component are loaded before any call and are not in it (their size
+    is the component's parameter count).
+
+    None for every decoder when a record lacks ``mem_growth_bytes``: records written before
+    ``common.bench`` kept it carry only ``peak_mem_bytes``, the resident set's high-water mark
+    of the process so far, which an earlier call of any decoder sets as much as the call itself
+    (so differences of those peaks say nothing about a decoder)."""
+    decoders = list(dict.fromkeys(r["decoder"] for r in records))
+    if not records or any("mem_growth_bytes" not in r for r in records) or baseline not in decoders:
+        return {d: None for d in decoders}
+    most = {d: max(r["mem_growth_bytes"] for r in records if r["decoder"] == d) for d in decoders}
+    return {d: (most[d] - most[baseline]) / 2**20 for d in decoders}
+
+
 def speedup_interval(records: list[dict], decoder: str, baseline: str = "vanilla",
                      level: float = 0.95, n_boot: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
     """A ``level`` bootstrap interval of ``decoder``'s speedup over ``baseline``, resampling

@@ -5,8 +5,12 @@ set after the allocation was touched (two more samples), so no timing can make i
 allocations are anonymous memory maps, touched page by page and unmapped on release: a freed
 torch tensor may stay resident in the allocator's heap (seen on a CI machine), and a later one
 may reuse resident pages, so neither would move the resident set reliably."""
+import ctypes
+import ctypes.util
 import mmap
 import time
+
+import pytest
 
 import torch
 
@@ -46,6 +50,31 @@ def test_peak_memory_sees_a_freed_allocation_and_resets():
         y = _resident(MIB)
         y.close()
     assert big.peak - small.peak > 150 * MIB, (big.peak, small.peak)
+    assert big.growth > 150 * MIB and small.growth < 32 * MIB, (big.growth, small.growth)
+
+
+@pytest.mark.skipif(hardware._malloc_trim() is None, reason="no glibc: nothing returns a heap's free pages")
+def test_a_block_starts_from_live_memory_not_from_pages_freed_before_it():
+    """What made every bench record's peak the run's high-water mark: the C heap keeps freed
+    pages resident. 200 MiB of 64 KiB chunks (below glibc's mmap threshold, so from the heap),
+    written; every other one freed, so each free chunk lies between live ones and the heap's
+    automatic trim of its top cannot return it: the block must start from what is live (100 MiB
+    fewer), not from what the heap holds."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    chunks = [libc.malloc(64 * 1024) for _ in range(3200)]
+    for c in chunks:
+        ctypes.memset(c, 1, 64 * 1024)
+    for c in chunks[::2]:
+        libc.free(c)
+    held = hardware._rss()
+    with PeakMemory("cpu", interval=3600) as mem:
+        pass
+    for c in chunks[1::2]:
+        libc.free(c)
+    assert held - mem.base > 80 * MIB, (held, mem.base)
+    assert mem.growth < 16 * MIB
 
 
 def test_an_allocation_alive_at_exit_is_counted_without_waiting():

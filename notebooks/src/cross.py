@@ -25,8 +25,8 @@ import pandas as pd
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, labels_config, load_profile
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import (check_decoders, check_settings, limits, provenance, read_cost_curves, step_times,
-                           summarize, write_table)
+from common.report import (check_decoders, check_settings, extra_memory, limits, provenance, read_cost_curves,
+                           step_times, summarize, write_table)
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -107,8 +107,8 @@ def cross_rows():
         t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
         t["trained_on"] = pd.Series([e[2] for e in ex], dtype=object)
         t["ran_on"] = ", ".join(sorted({r["device"].split(", torch")[0] for r in recs}))
-        base_mem = t.loc[t.decoder == "vanilla", "peak_mem_mib"].iloc[0]
-        t["extra_mem_mib"] = t.peak_mem_mib - base_mem
+        mem = extra_memory(recs)  # blank for a group whose records predate per-call growth
+        t["extra_mem_mib"] = pd.Series([mem.get(d) for d in t.decoder], dtype=object)
         t = t.merge(limits(recs, curve), on="decoder", how="left").merge(step_times(recs), on="decoder", how="left")
         rows.append(t)
     return pd.concat(rows, ignore_index=True)
@@ -124,11 +124,16 @@ def own_comparison(table) -> str:
 
 
 # %% md
-# `extra_mem_mib` is a decoder's peak resident memory minus its group's `vanilla` peak in the
-# same run (model weights are in both); on CPU it is the process's own memory, so the gloo
-# sub-worker processes of `ppd_pipelined` (each holding a copy of the first layers) are not in it.
-# On CPU the resident set also keeps pages the allocator has freed, so differences of about
-# +-10 MiB are noise; a trained component's own weights weigh `extra_params_m` x 4 bytes (fp32).
+# `extra_mem_mib` is the most memory one call of a decoder added above what was live when it
+# began (`mem_growth_bytes`, largest over the prompts), minus the same for its group's `vanilla`
+# (`common.report.extra_memory`): its buffers, trees and drafts' caches at decode time. A trained
+# component's weights are loaded before any call and are not in it: they weigh `extra_params_m` x 4
+# bytes (fp32). On CPU it is the process's own memory, so the gloo sub-worker processes of
+# `ppd_pipelined` (each holding a copy of the first layers) are not in it. It is blank for a group
+# whose records predate `mem_growth_bytes`: those keep only `peak_mem_mib`, the resident set's
+# high-water mark of the whole run so far, which an earlier call of any decoder sets as much as the
+# call itself (the resident set never shrank between calls), so its differences say nothing about a
+# decoder.
 
 # %% md
 # `mean_accepted_length` is new tokens per target forward for every decoder (1 for `vanilla`).
@@ -202,15 +207,19 @@ a1.barh(y, rows.speedup, color=[colors[g] for g in rows.group], xerr=err, error_
 a1.axvline(1.0, color="grey", lw=0.8, ls="--")
 a1.set_yticks(list(y), [f"{d} ({g})" for d, g in zip(rows.decoder, rows.group)], fontsize=7)
 a1.set_xlabel("speedup vs its group's vanilla (same run; 95% interval)")
-a2.barh(y, rows.extra_mem_mib, color=[colors[g] for g in rows.group])  # measured, not derived from parameters
-a2.set_xlabel("extra peak memory vs vanilla (MiB, same run)")
+measured = rows.extra_mem_mib.notna()  # blank for groups whose records predate per-call growth
+a2.barh([i for i, m in zip(y, measured) if m], rows.extra_mem_mib[measured].astype(float),
+        color=[colors[g] for g in rows.group[measured]])  # measured, not derived from parameters
+a2.set_xlabel("extra memory per call vs vanilla (MiB, same run; no bar: not in the records)")
 fig.suptitle(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
 show(fig)
 out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
 faster = out[out.speedup > 1.0]
+mem = out.extra_mem_mib.dropna().astype(float)
 verdict = (f"this project's comparison (no paper has it): {len(faster)}/{len(out)} decoders faster than vanilla; "
-           f"extra memory {out.extra_mem_mib.min():.1f}-{out.extra_mem_mib.max():.1f} MiB")
+           + (f"extra memory per call {mem.min():.1f}-{mem.max():.1f} MiB over {len(mem)} decoders" if len(mem) else
+              "extra memory per call not in these records (they predate mem_growth_bytes)"))
 write_table(out, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 close_with(artifact_id, {**meta, "verdict": verdict}, own_comparison(table))
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())

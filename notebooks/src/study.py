@@ -25,8 +25,8 @@ from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, ch
                            placeholder, study_section)
 from common.records import read_jsonl
 from common.render import close_with, show
-from common.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, host_curve, limits,
-                           noise_line, provenance, read_cost_curves, step_positions, summarize, write_table)
+from common.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
+                           limits, noise_line, provenance, read_cost_curves, step_positions, summarize, write_table)
 from common.specbench import category_of, export
 
 base = Path(results_root) / package
@@ -274,11 +274,13 @@ print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% md
 # What each method costs besides decoding: the extra parameters of its trained component and the
-# wall time that trained it (REST: its datastore's build time; its size is in the memory), from the
-# training records `study.stats` names, and the extra peak memory it decoded with (its peak minus
-# vanilla's, over every run; on CPU the resident set, so about ±10 MiB is noise). `trained_on` names the
-# machine that trained it: training times compare only between rows trained on the same. The corpus the
-# components learned from is generated once for all and not counted.
+# wall time that trained it (REST: its datastore's build time), from the training records
+# `study.stats` names, and the extra memory one call added above what was live when it began, minus
+# vanilla's, over every run (`common.report.extra_memory`; components and datastores are loaded
+# before any call and are not in it; blank where the records predate per-call growth, see
+# `cross.table`). `trained_on` names the machine that trained it: training times compare only
+# between rows trained on the same. The corpus the components learned from is generated once for
+# all and not counted.
 
 # %% [study.cost]
 import matplotlib
@@ -289,7 +291,7 @@ import matplotlib.pyplot as plt
 stats_paths = {s: Path(results_root) / p for s, p in study["stats"].items()}
 stats = {s: json.loads(p.read_text()) for s, p in stats_paths.items() if str(p) in inputs}
 options = labels_config(P, study["bench"]["decoders"])
-vanilla_peak = max(r["peak_mem_bytes"] for r in records if r["decoder"] == "vanilla")
+extra_mem = extra_memory(records)  # None throughout for records that predate mem_growth_bytes
 rows = []
 for d in decoders:
     if d == AA_LABEL:
@@ -300,20 +302,25 @@ for d in decoders:
                  "extra_params_m": s["params"] / 1e6 if "params" in s else (0.0 if not named else None),
                  "train_s": s.get("train_wall_s", s.get("build_s")),
                  "trained_on": s.get("hardware"),
-                 "extra_mem_mib": (max(r["peak_mem_bytes"] for r in records if r["decoder"] == d) - vanilla_peak) / 2**20,
+                 "extra_mem_mib": extra_mem.get(d),
                  "speedup": ov.loc[d, "speedup"], "lossless": bool(ov.loc[d, "lossless"])})
 cost = pd.DataFrame(rows)
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
 for _, r in cost.iterrows():
     a1.scatter(r.train_s if r.train_s is not None and not pd.isna(r.train_s) else 0.0, r.speedup, s=40, label=r.decoder)
-    a2.scatter(r.extra_mem_mib, r.speedup, s=40, label=r.decoder)
+    if pd.notna(r.extra_mem_mib):
+        a2.scatter(r.extra_mem_mib, r.speedup, s=40, label=r.decoder)
 for ax in (a1, a2):
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
 a1.set_xscale("symlog", linthresh=10)
 a1.set_xlabel("training wall time (s; 0: nothing trained)")
 a1.set_ylabel("speedup over vanilla, all categories")
-a2.set_xlabel("extra peak memory vs vanilla (MiB)")
-a2.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")  # one entry per point: no label overprints
+a2.set_xlabel("extra memory per call vs vanilla (MiB)")
+# one legend entry per decoder (a1 has every point; a2 only the measured ones): no label overprints
+a2.legend(*a1.get_legend_handles_labels(), fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+if not cost.extra_mem_mib.notna().any():
+    a2.text(0.5, 0.5, "not in these records\n(they predate mem_growth_bytes)", ha="center", va="center",
+            transform=a2.transAxes, fontsize=8)
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
 fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
 show(fig)
