@@ -109,7 +109,7 @@ def release_free_memory() -> bool:
     resident set counts live memory again; False where that is not possible (no glibc).
 
     Why: a freed torch CPU tensor stays resident in the allocator's heap until something trims
-    it, so without this the resident set only ever grows, and a call's peak would include
+    it, so without this the resident set hardly ever shrinks, and a call's peak would include
     whatever any earlier call left behind."""
     trim = _malloc_trim()
     if trim is None:
@@ -125,9 +125,10 @@ class PeakMemory:
     ``memory_allocated`` at entry. CPU: the resident set sampled every ``interval`` seconds by
     a background thread, on entry, and once more on exit (torch's CPU allocations are invisible
     to tracemalloc). On entry a CPU block first collects garbage and returns the allocator's free
-    pages to the OS (:func:`release_free_memory`), so ``base`` is the memory live at entry; the
-    resident set alone never shrinks, which made every call's peak the process's high-water mark
-    so far (a ``vanilla`` call after a lookahead call reported lookahead's memory). ``growth``
+    pages to the OS (:func:`release_free_memory`), so ``base`` is the memory live at entry; left
+    alone, the resident set hardly ever shrank between calls, so every call's peak was the
+    process's high-water mark so far (a ``vanilla`` call after a lookahead call reported
+    lookahead's memory). ``growth``
     (``peak - base``) is what the block itself added: its transient tensors, and whatever
     native caches it grew that outlive it (oneDNN keeps compiled kernels per input shape, so a
     decoder whose step shapes vary grows them in the calls that meet new shapes). The
