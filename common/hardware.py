@@ -126,8 +126,8 @@ class PeakMemory:
     a background thread, on entry, and once more on exit (torch's CPU allocations are invisible
     to tracemalloc). On entry a CPU block first collects garbage and returns the allocator's free
     pages to the OS (:func:`release_free_memory`), so ``base`` is the memory live at entry; left
-    alone, the resident set hardly ever shrank between calls, so every call's peak was the
-    process's high-water mark so far (a ``vanilla`` call after a lookahead call reported
+    alone, the resident set hardly ever shrank between calls, so a call's peak was nearly always
+    the process's high-water mark so far (a ``vanilla`` call after a lookahead call reported
     lookahead's memory). ``growth``
     (``peak - base``) is what the block itself added: its transient tensors, and whatever
     native caches it grew that outlive it (oneDNN keeps compiled kernels per input shape, so a

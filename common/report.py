@@ -63,9 +63,10 @@ def extra_memory(records: list[dict], baseline: str = "vanilla") -> dict[str, fl
     is the component's parameter count).
 
     None for every decoder when a record lacks ``mem_growth_bytes``: records written before
-    ``common.bench`` kept it carry only ``peak_mem_bytes``, the resident set's high-water mark
-    of the process so far, which an earlier call of any decoder sets as much as the call itself
-    (so differences of those peaks say nothing about a decoder)."""
+    ``common.bench`` kept it carry only ``peak_mem_bytes``, the call's resident peak, which
+    counted every page earlier calls of any decoder had left to the allocator (the resident set
+    fell between calls a few times in a run of hundreds), so differences of those peaks say
+    nothing about a decoder."""
     decoders = list(dict.fromkeys(r["decoder"] for r in records))
     if not records or any("mem_growth_bytes" not in r for r in records) or baseline not in decoders:
         return {d: None for d in decoders}

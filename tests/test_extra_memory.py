@@ -1,6 +1,6 @@
 """A decoder's extra memory is what its calls add above what was live when they began, against
 vanilla's in the same records; records that predate per-call growth get none (their
-``peak_mem_bytes`` was the run's high-water mark, set by whichever call came first)."""
+``peak_mem_bytes`` counted every page earlier calls had left to the allocator)."""
 from common import bench
 from common.records import read_jsonl
 from common.report import extra_memory
@@ -23,7 +23,7 @@ def test_extra_memory_is_the_largest_call_growth_minus_vanillas():
 
 
 def test_records_without_growth_get_no_extra_memory():
-    # the old records: every peak is the run's high-water mark, so the differences would read 0
+    # the old records: peaks that earlier calls set, so the differences would read ~0
     old = [_rec(0, "vanilla", peak=5000 * MIB), _rec(0, "lookahead", peak=5000 * MIB)]
     assert extra_memory(old) == {"vanilla": None, "lookahead": None}
     mixed = old + [_rec(1, "vanilla", 1 * MIB), _rec(1, "lookahead", 9 * MIB)]  # a resumed run across the change

@@ -130,10 +130,10 @@ def own_comparison(table) -> str:
 # component's weights are loaded before any call and are not in it: they weigh `extra_params_m` x 4
 # bytes (fp32). On CPU it is the process's own memory, so the gloo sub-worker processes of
 # `ppd_pipelined` (each holding a copy of the first layers) are not in it. It is blank for a group
-# whose records predate `mem_growth_bytes`: those keep only `peak_mem_mib`, the resident set's
-# high-water mark of the whole run so far, which an earlier call of any decoder sets as much as the
-# call itself (the resident set never shrank between calls), so its differences say nothing about a
-# decoder.
+# whose records predate `mem_growth_bytes`: those keep only `peak_mem_mib`, each call's resident
+# peak, which counted every page earlier calls of any decoder had left to the allocator (the
+# resident set fell between calls a few times in a run of hundreds), so its differences say
+# nothing about a decoder.
 
 # %% md
 # `mean_accepted_length` is new tokens per target forward for every decoder (1 for `vanilla`).
