@@ -23,7 +23,6 @@ CLI: ``python -m common.eagle --model M --teacher CACHE --corpus-dir DIR --out D
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +37,10 @@ from . import corpus as corpus_mod
 from .checkpoints import fingerprint
 from .errors import UserError, check_range
 from .forward import attention_mask_4d, backbone, causal_allow
+from .reduced_head import frequency_order, write_draft_vocab
 from .teacher import TeacherData
 
 CHECKPOINT = "head.pt"
-DRAFT_VOCAB = "draft_vocab.json"  # token ids by training frequency (the decoder's ``vocab`` option)
 
 
 # -- the head ---------------------------------------------------------------------------------
@@ -101,16 +100,6 @@ def new_head(model) -> EagleHead:
     """A fresh head on the model's device and dtype (built there, whatever the default device)."""
     with torch.device(model.device):
         return EagleHead(model).to(dtype=model.dtype)
-
-
-def write_draft_vocab(folder: Path, order: torch.Tensor, counts=None) -> None:
-    """Store token ids in draft-vocabulary order (most frequent first) beside a head."""
-    data = {"order": [int(t) for t in order]}
-    if counts is not None:
-        data["counts"] = [int(c) for c in counts]
-    (Path(folder) / DRAFT_VOCAB).write_text(json.dumps(data))
-
-
 
 
 # -- training data ----------------------------------------------------------------------------
@@ -307,14 +296,9 @@ def train_head(model, teacher: dict, out_dir: Path, cfg, stop, max_len: int = 38
         acc = depth_accuracy(head, model, held)
     trees = save_trees(out_dir, acc)
     # the draft vocabulary (the ``vocab`` option): answer tokens by frequency in the training shards
-    counts = np.zeros(model.config.vocab_size, dtype=np.int64)
-    for sh in train_data.shards:
-        for i in range(len(sh)):
-            a = sh.tokens[sh.offsets[i] + sh.starts[i]:sh.offsets[i + 1]]
-            counts += np.bincount(a, minlength=len(counts))[:len(counts)]
-    order = np.argsort(-counts, kind="stable")
-    order = order[counts[order] > 0]
-    write_draft_vocab(out_dir, torch.from_numpy(order), counts[order])
+    write_draft_vocab(out_dir, *frequency_order((sh.tokens[sh.offsets[i] + sh.starts[i]:sh.offsets[i + 1]]
+                                                for sh in train_data.shards for i in range(len(sh))),
+                                               model.config.vocab_size))
     stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
              "train_wall_s": round(state.get("wall_s", 0.0), 1), "teacher_wall_s": teacher.get("wall_s"),
              "corpus": teacher.get("corpus"),

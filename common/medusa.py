@@ -36,6 +36,7 @@ from .errors import UserError, check_layers, check_range, cli_main
 from .fast import PackedLinear, pack_linears
 from .forward import final_norm, layer_states, num_layers
 from .records import read_jsonl, write_json, write_jsonl
+from .reduced_head import frequency_order, write_draft_vocab
 from .teacher import TeacherData
 from .train_cli import component_main
 from .training import Stopping, TrainConfig, train
@@ -97,8 +98,13 @@ class MedusaHeads(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.out is None:  # one product for all heads
-            return self._project(torch.stack([b(h) for b in self.blocks]))
+            return self._project(self.features(h))
         return torch.stack([o(b(h)) for b, o in zip(self.blocks, self.out)])
+
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """``[..., H] -> [n_heads, ..., H]``: what each head feeds its vocabulary projection (the
+        shared LM head's input, for a caller that projects onto a token subset itself)."""
+        return torch.stack([b(h) for b in self.blocks])
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         if self._lm_head:  # the base model's (packed) LM head module: same weight, faster
@@ -389,6 +395,9 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
         stats["trees"][n] = expected_accept_length(paths, acc)
         save_tree(out_dir / f"tree_{n}.json", paths, expected_accept_length=stats["trees"][n],
                   source="medusa top-k accuracy on held-out self-distilled answers")
+    if share_lm_head:  # the decoder's ``vocab`` option: answer tokens by frequency, as EAGLE's trainer counts them
+        answers = tr.ids[tr.answer_positions() + 1].numpy()
+        write_draft_vocab(out_dir, *frequency_order([answers], model.config.vocab_size))
     write_json(out_dir / "stats.json", stats)
     if curve_path is not None and Path(curve_path) != curve_file:
         write_jsonl(curve_path, read_jsonl(curve_file))

@@ -127,3 +127,27 @@ def test_cli_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli_main(lambda: corpus._main(["--out", str(tmp_path / "none"), "--model", "x", "--summary"]))
     assert "holds no corpus" in capsys.readouterr().err
+
+
+def test_draft_vocabulary_cli_counts_the_training_answers(model, tmp_path, capsys):
+    """python -m common.reduced_head: the answer tokens of every training shard (not the prompts,
+    not the held-out shard) by frequency, beside a head trained before its trainer wrote one."""
+    from common import reduced_head
+
+    corpus.build(tmp_path / "c", model, recipe(model), prompts, N_PROMPTS, progress=False)
+    head = tmp_path / "head"
+    head.mkdir()
+    reduced_head._main(["--corpus", str(tmp_path / "c"), "--vocab-size", "96", "--out", str(head)])
+    data = json.loads((head / "draft_vocab.json").read_text())
+    answers = np.concatenate([s.tokens[s.offsets[i] + s.starts[i]:s.offsets[i + 1]]
+                              for s in shards_of(tmp_path / "c") for i in range(len(s))])
+    counts = np.bincount(answers, minlength=96)
+    assert sum(data["counts"]) == answers.size and data["counts"] == sorted(data["counts"], reverse=True)
+    assert all(counts[t] == c for t, c in zip(data["order"], data["counts"]))
+    assert len(data["order"]) == int((counts > 0).sum())
+    with pytest.raises(SystemExit) as e:
+        reduced_head._main(["--corpus", str(tmp_path / "c"), "--vocab-size", "96", "--out", str(tmp_path / "none")])
+    assert e.value.code == 2 and capsys.readouterr().err.strip().startswith("error: ")
+    with pytest.raises(SystemExit):
+        reduced_head._main(["--corpus", str(tmp_path / "none"), "--vocab-size", "96", "--out", str(head)])
+    assert "holds no corpus" in capsys.readouterr().err

@@ -96,6 +96,65 @@ def test_medusa_bad_input(tiny, trained, tmp_path):
         get_decoder("medusa", other, heads=str(out))
 
 
+def test_shared_heads_write_their_answer_tokens_draft_vocabulary(trained, teacher):
+    """Shared heads' trainer writes draft_vocab.json: the training answers' tokens, most frequent
+    first (what the decoder's ``vocab`` option keeps a prefix of); own heads get none."""
+    import numpy as np
+    out, stats = trained
+    path = out / "draft_vocab.json"
+    if not stats["meta"]["share_lm_head"]:
+        assert not path.exists()
+        return
+    tr = teacher["train"]
+    answers = torch.cat([tr.ids[a + int(p):b] for (a, b), p in
+                         ((tr.span(s), tr.start[s]) for s in range(len(tr)))]).numpy()
+    data = json.loads(path.read_text())
+    counts = np.bincount(answers, minlength=96)
+    assert sum(data["counts"]) == answers.size and len(data["order"]) == int((counts > 0).sum())
+    assert data["counts"] == sorted(data["counts"], reverse=True)
+    assert all(counts[t] == c for t, c in zip(data["order"], data["counts"]))
+
+
+def test_reduced_vocabulary_proposes_the_kept_tokens_top_k(chaotic_llama, trained, tmp_path):
+    """vocab=k: each depth's candidates are the heads' k-token top-k: the full logits' ranking
+    restricted to the kept ids; decoding stays exactly greedy; its time counts as proposing."""
+    import shutil
+    from common.decoders.medusa import MedusaProposer
+    from common.decoders.tree_loop import ProposerState, candidates_from_topk
+    from common.reduced_head import write_draft_vocab
+    out, stats = trained
+    if not stats["meta"]["share_lm_head"]:
+        with pytest.raises(UserError, match="share the base model's LM head"):
+            get_decoder("medusa", chaotic_llama, heads=str(out), tree=16, vocab=8)
+        return
+    folder = tmp_path / "heads"
+    shutil.copytree(out, folder)
+    order = torch.randperm(96, generator=torch.Generator().manual_seed(1))
+    write_draft_vocab(folder, order)
+    med = get_decoder("medusa", chaotic_llama, heads=str(folder), tree=16, vocab=12)
+    keep = torch.sort(order[:12]).values
+    prop = MedusaProposer(med.heads, med.tree, med.readout)
+    h = torch.randn(1, 1, 64)
+    cand = prop.propose(ProposerState(torch.tensor([[1, 5]]), [7], h, 20, 0.0, None)).tokens
+    full = med.heads(h[0, -1])[: med.tree.max_depth]  # [depth, V]
+    masked = torch.full_like(full, float("-inf"))
+    masked[:, keep] = full[:, keep]
+    assert torch.equal(cand, candidates_from_topk(med.tree, masked.topk(prop.width, dim=-1).indices))
+    assert set(cand.tolist()) <= set(keep.tolist())
+    assert prop.stats()["draft_forwards"] == 1 and prop.stats()["draft_forward_s"] > 0
+    van = get_decoder("vanilla", chaotic_llama)
+    ids = torch.tensor([[1, 9, 4, 33, 70]])
+    o = med.generate(ids, 24)
+    assert o.tokens == van.generate(ids, 24).tokens and o.stats["draft_forward_s"] > 0
+    with pytest.raises(UserError, match="smaller than the tree's"):
+        get_decoder("medusa", chaotic_llama, heads=str(folder), tree=63, vocab=1)
+    with pytest.raises(UserError, match="exceeds the 96 tokens"):
+        get_decoder("medusa", chaotic_llama, heads=str(folder), tree=16, vocab=97)
+    (folder / "draft_vocab.json").unlink()
+    with pytest.raises(UserError, match="draft_vocab.json"):
+        get_decoder("medusa", chaotic_llama, heads=str(folder), tree=16, vocab=12)
+
+
 def test_labels_are_the_models_greedy_tokens(tiny):
     seqs = [{"ids": [1, 5, 9, 14, 20, 31], "start": 2}, {"ids": [1, 7, 8], "start": 1}]
     d = teacher_pass(tiny, seqs, 4, 2)

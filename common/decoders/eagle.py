@@ -33,12 +33,12 @@ import torch
 
 from ..cache import crop_to
 from ..checkpoints import load_trained, save_trained
-from ..eagle import CHECKPOINT, DRAFT_VOCAB, EagleHead, head_meta, new_head, write_draft_vocab
+from ..eagle import CHECKPOINT, EagleHead, head_meta, new_head
 from ..errors import UserError
 from ..hardware import device_clock
 from ..fast import pack_like
 from ..forward import attention_mask_4d, causal_allow, embed
-from ..reduced_head import ReducedHead
+from ..reduced_head import ReducedHead, reduced_readout, write_draft_vocab
 from ..tree import build_tree, load_tree, save_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, tree_option
@@ -244,20 +244,3 @@ class Eagle(TreeDecoder):
         return EagleProposer(self.head, self.model, c["mode"], self.tree, c["depth"], c["topk"], c["total"],
                              self.readout)
 
-
-def reduced_readout(model, folder: Path, k: int):
-    """The target's LM head restricted to the ``k`` first ids of the head's draft vocabulary
-    (:class:`common.reduced_head.ReducedHead`: full-vocabulary logits, the rest at the minimum)."""
-    import json
-
-    path = Path(folder) / DRAFT_VOCAB
-    if not path.is_file():
-        raise UserError(f"vocab={k} needs {path} (written when the head is trained); valid: vocab=null "
-                        "for the full vocabulary")
-    order = json.loads(path.read_text())["order"]
-    if k > len(order):
-        raise UserError(f"vocab={k} exceeds the {len(order)} tokens of {path}; valid: 1..{len(order)}")
-    keep = torch.tensor(sorted(order[:k]), dtype=torch.long, device=model.device)
-    head = ReducedHead(model.lm_head, keep)
-    pack_like(head, model)
-    return head.eval()

@@ -11,25 +11,45 @@ import torch
 
 from ..checkpoints import load_trained, save_trained
 from ..errors import UserError
+from ..hardware import device_clock
 from ..medusa import TREE_SIZES, MedusaHeads, heads_meta, new_heads
+from ..reduced_head import reduced_readout, write_draft_vocab
 from ..tree import build_tree, chain_paths, resolve_tree, save_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
 
 
 class MedusaProposer(Proposer):
-    """Candidates: the heads' top-k at each depth below the root, arranged as the tree."""
+    """Candidates: the heads' top-k at each depth below the root, arranged as the tree.
+
+    ``readout``: a :class:`common.reduced_head.ReducedHead` (the ``vocab`` option) ranks only its
+    kept tokens; ``None`` ranks the whole vocabulary. The heads' time counts as proposing
+    (``draft_forward_s``): their blocks and their read through the LM head are the draft's work.
+    """
 
     needs_hidden = True
 
-    def __init__(self, heads: MedusaHeads, tree):
-        self.heads, self.tree = heads, tree
+    def __init__(self, heads: MedusaHeads, tree, readout=None, device=None):
+        self.heads, self.tree, self.readout = heads, tree, readout
         self.width = int(tree.rank.max()) + 1
+        self.device = device if device is not None else next(heads.parameters()).device
+        self.draft_forwards, self.draft_s = 0, 0.0
 
     def propose(self, state: ProposerState) -> Proposal:
-        logits = self.heads(state.hidden[0, -1])  # [K, V]: depth k+1 below the root
-        topk = logits[: self.tree.max_depth].topk(self.width, dim=-1).indices
+        t0 = device_clock(self.device)
+        h = state.hidden[0, -1]  # [H]: the root's final state
+        depth = self.tree.max_depth
+        if self.readout is None:
+            topk = self.heads(h)[:depth].topk(self.width, dim=-1).indices  # [depth, width] of [K, V]
+        else:  # the kept tokens' scores alone ([depth, k]), mapped back to token ids
+            scores = self.readout.proj(self.heads.features(h)[:depth])
+            topk = self.readout.keep[scores.topk(self.width, dim=-1).indices]
+        self.draft_forwards += 1
+        self.draft_s += device_clock(self.device) - t0
         return Proposal(self.tree, candidates_from_topk(self.tree, topk))
+
+    def stats(self) -> dict:
+        return {"draft_forwards": self.draft_forwards, "draft_forward_s": self.draft_s}
 
 
 class Medusa(TreeDecoder):
@@ -42,7 +62,11 @@ class Medusa(TreeDecoder):
     @classmethod
     def options(cls) -> dict:
         return {**super().options(), "heads": Option(None, (str, Path)),
-                "tree": tree_option(63, sizes=TREE_SIZES)}
+                "tree": tree_option(63, sizes=TREE_SIZES),
+                # beyond Medusa-1 (FR-Spec's frequency-ranked draft vocabulary, as EAGLE's option of
+                # the same name): shared heads rank only the ``vocab`` most frequent answer tokens
+                # of their training data, so each step reads that slice of the LM head, not all of it
+                "vocab": Option(None, (int,), lo=1)}
 
     @classmethod
     def test_configs(cls, model, workdir):
@@ -58,7 +82,10 @@ class Medusa(TreeDecoder):
             save_trained(heads, folder / "heads.pt", heads_meta(model, 3, shared))
             save_tree(folder / "tree.json", [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), *chain_paths(3)])
             out.append({"heads": str(folder), "tree": str(folder / "tree.json")})
-        return out
+        # a random draft vocabulary: the 20 it keeps need not hold the greedy token
+        write_draft_vocab(out[0]["heads"], torch.randperm(model.config.vocab_size,
+                                                          generator=torch.Generator().manual_seed(0)))
+        return [*out, {**out[0], "vocab": 20}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -77,6 +104,16 @@ class Medusa(TreeDecoder):
         self.heads.for_decoding(model)
         paths = resolve_tree(self.cfg["tree"], n_heads, f"the {n_heads} Medusa heads", stored=folder)
         self.tree = build_tree(paths).to(self.device)
+        self.readout = None
+        if self.cfg["vocab"] is not None:
+            if not shared:
+                raise UserError(f"vocab={self.cfg['vocab']} needs heads that share the base model's LM head; "
+                                f"those at {folder} have their own; valid: vocab=null")
+            self.readout = reduced_readout(model, folder, self.cfg["vocab"])
+            width = int(self.tree.rank.max()) + 1
+            if self.cfg["vocab"] < width:
+                raise UserError(f"vocab={self.cfg['vocab']} is smaller than the tree's {width} candidates "
+                                f"a depth; valid: vocab >= {width}")
 
     def make_proposer(self, input_ids):
-        return MedusaProposer(self.heads, self.tree)
+        return MedusaProposer(self.heads, self.tree, self.readout, self.device)
