@@ -96,7 +96,11 @@ def frequency_order(token_arrays, vocab_size: int) -> tuple[np.ndarray, np.ndarr
     most frequent first (ties by id), ids that never occur left out: ``(order [U], counts [U])``."""
     counts = np.zeros(vocab_size, dtype=np.int64)
     for a in token_arrays:
-        counts += np.bincount(np.asarray(a, dtype=np.int64), minlength=vocab_size)[:vocab_size]
+        a = np.asarray(a, dtype=np.int64)
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= vocab_size):
+            raise UserError(f"token id {int(a.max()) if int(a.max()) >= vocab_size else int(a.min())} is outside "
+                            f"the vocabulary; valid: ids in [0, {vocab_size}) (the base model's vocabulary size)")
+        counts += np.bincount(a, minlength=vocab_size)
     order = np.argsort(-counts, kind="stable")
     order = order[counts[order] > 0]
     return order, counts[order]

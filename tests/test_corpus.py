@@ -151,3 +151,6 @@ def test_draft_vocabulary_cli_counts_the_training_answers(model, tmp_path, capsy
     with pytest.raises(SystemExit):
         reduced_head._main(["--corpus", str(tmp_path / "none"), "--vocab-size", "96", "--out", str(head)])
     assert "holds no corpus" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a vocabulary smaller than the corpus' ids: refused, not truncated
+        reduced_head._main(["--corpus", str(tmp_path / "c"), "--vocab-size", "50", "--out", str(head)])
+    assert "outside the vocabulary; valid: ids in [0, 50)" in capsys.readouterr().err
