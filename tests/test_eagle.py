@@ -161,8 +161,7 @@ def test_depth_one_accuracy_is_the_held_out_top1(model, tmp_path):
 
 
 def test_reduced_readout_drafts_only_kept_tokens(model, tmp_path):
-    from common.reduced_head import reduced_readout
-    from common.reduced_head import write_draft_vocab
+    from common.reduced_head import reduced_readout, write_draft_vocab
     write_draft_vocab(tmp_path, torch.arange(95, -1, -1))  # most frequent first: 95, 94, ...
     readout = reduced_readout(model, tmp_path, 7)
     logits = readout(torch.randn(5, 64))
