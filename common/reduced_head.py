@@ -52,6 +52,17 @@ class ReducedHead(nn.Module):
         out = sub.new_full((*sub.shape[:-1], self.vocab), torch.finfo(sub.dtype).min)
         return out.index_copy_(-1, self.keep, sub)                         # [..., V]
 
+    def topk(self, hidden: torch.Tensor, k: int, log_softmax: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` best kept tokens of each ``[..., H]`` row, without the ``[..., V]`` logits:
+        (scores, token ids), each ``[..., k]``; ``k`` at most the kept count. With ``log_softmax``
+        the scores are log-probabilities normalized over the kept tokens, which equal the full
+        head's (every other logit of ``forward`` is the dtype's minimum, whose exponential is 0)."""
+        sub = self.proj(hidden)                                            # [..., K]
+        if log_softmax:
+            sub = torch.log_softmax(sub.float(), dim=-1)
+        v, i = sub.topk(k, dim=-1)
+        return v, self.keep[i]
+
 
 def reduce_vocab(model, keep: torch.Tensor):
     """Replace ``model.lm_head`` (an ``nn.Linear``) by a :class:`ReducedHead` over ``keep``

@@ -63,6 +63,25 @@ def test_reduce_vocab_rejects_bad_ids(tiny, keep):
         reduce_vocab(copy_of(tiny), torch.tensor(keep, dtype=torch.long))
 
 
+def test_topk_ranks_the_kept_tokens_as_forward_does():
+    """ReducedHead.topk (the proposers' readout: no [..., V] logits) gives the token ids and
+    scores of forward's top-k, and with log_softmax the full head's log-probabilities."""
+    torch.manual_seed(0)
+    head = nn.Linear(8, 20, bias=True)
+    keep = torch.tensor([2, 5, 6, 9, 13, 17, 18])
+    red = ReducedHead(head, keep)
+    x = torch.randn(3, 4, 8)
+    with torch.no_grad():
+        v, i = red.topk(x, 4)
+        ref_v, ref_i = red(x).topk(4, dim=-1)
+        lv, li = red.topk(x, 4, log_softmax=True)
+        ref_lv, ref_li = torch.log_softmax(red(x).float(), dim=-1).topk(4, dim=-1)
+    assert v.shape == i.shape == (3, 4, 4)
+    assert torch.equal(i, ref_i) and torch.allclose(v, ref_v)
+    assert torch.equal(li, ref_li) and torch.allclose(lv, ref_lv, atol=1e-6)
+    assert set(i.flatten().tolist()) <= set(keep.tolist())
+
+
 def test_fast_path_packs_the_reduced_head(chaotic_llama):
     model = reduce_vocab(copy_of(chaotic_llama), torch.arange(10, 90))
     ids = torch.tensor([[1, 5, 9, 33]])

@@ -81,8 +81,7 @@ class EagleProposer(Proposer):
         head is the draft's work, not the target's."""
         t0 = device_clock(self.device)
         if isinstance(self.readout, ReducedHead) and k <= self.readout.keep.numel():
-            v, i = torch.log_softmax(self.readout.proj(feats).float(), dim=-1).topk(k, dim=-1)  # [q, k]
-            i = self.readout.keep[i]
+            v, i = self.readout.topk(feats, k, log_softmax=True)  # [q, k]
         else:
             v, i = torch.log_softmax(self.readout(feats).float(), dim=-1).topk(k, dim=-1)  # over [q, V]
         self.draft_s += device_clock(self.device) - t0

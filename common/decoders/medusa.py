@@ -42,8 +42,7 @@ class MedusaProposer(Proposer):
         if self.readout is None:
             topk = self.heads(h)[:depth].topk(self.width, dim=-1).indices  # [depth, width] of [K, V]
         else:  # the kept tokens' scores alone ([depth, k]), mapped back to token ids
-            scores = self.readout.proj(self.heads.features(h)[:depth])
-            topk = self.readout.keep[scores.topk(self.width, dim=-1).indices]
+            topk = self.readout.topk(self.heads.features(h)[:depth], self.width)[1]
         self.draft_forwards += 1
         self.draft_s += device_clock(self.device) - t0
         return Proposal(self.tree, candidates_from_topk(self.tree, topk))
