@@ -243,7 +243,8 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
     curve_file = out_dir / "curve.jsonl"
     log = train(head, list(range(y.numel())), exit_loss(states, y, weights), cfg,
                 out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta, desc=f"{loss} exit head",
-                evaluate=lambda h: evaluate(h, hstates, hy, weights), stop=stop, curve_path=curve_file)
+                evaluate=lambda h: evaluate(h, hstates, hy, weights), stop=stop, curve_path=curve_file,
+                artifact=out_dir / "model" / "config.json")
     install(model, head)
     model.save_pretrained(out_dir / "model")
     if tokenizer is not None:

@@ -197,7 +197,7 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
             **({} if labels == "topk" else {"labels": labels}), **({} if keep is None else {"keep": keep})}
     log = train(draft, list(range(len(tr))), loss, cfg, out_dir / "train.pt", out_dir / "train_log.jsonl", meta=meta,
                 desc="draft distillation", evaluate=lambda m: evaluate(m, held, kept=kept), stop=stop,
-                curve_path=curve_file)
+                curve_path=curve_file, artifact=out_dir / "model" / "config.json")
     for p in draft.parameters():
         p.requires_grad_(False)
     params = param_count(draft)

@@ -106,7 +106,8 @@ def _scalar(v) -> float:
 def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.nn.Module, list], torch.Tensor],
           cfg: TrainConfig, ckpt_path: Path, log_path: Path | None = None, meta: dict | None = None,
           desc: str = "train", evaluate: Callable[[torch.nn.Module], dict] | None = None,
-          stop: Stopping | None = None, curve_path: Path | None = None) -> list[dict]:
+          stop: Stopping | None = None, curve_path: Path | None = None,
+          artifact: Path | None = None) -> list[dict]:
     """Train ``module`` on ``examples`` with AdamW; resume from ``ckpt_path`` if it exists.
 
     Args:
@@ -125,6 +126,11 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
             the learning curve, stored in the checkpoint and (rewritten after every
             evaluation) in ``curve_path``.
         stop: when to end before ``cfg.epochs`` (:class:`Stopping`).
+        artifact: what the workflow declares for this run where that is not ``ckpt_path`` itself
+            (e.g. an exported model's ``config.json``). Snakemake deletes a rerun job's declared
+            outputs, not ``ckpt_path``; with ``artifact`` absent, a published checkpoint of another
+            recipe is the leftover of the run being replaced, and this run starts afresh instead
+            of refusing it.
     Returns:
         the per-step log; ``module`` holds the published weights (with ``stop.restore_best``,
         those of the best evaluation). The checkpoint's ``curve``, ``stopped`` (why training
@@ -151,13 +157,17 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     device = next(iter(params), torch.empty(0)).device
     state = torch.load(source, weights_only=False, map_location=device) if source is not None else None
     if state is not None and state["identity"] != identity:
-        if source != work or ckpt_path.is_file():
+        # The published output is gone (a workflow rerun deletes it: the checkpoint itself, or
+        # the artifact exported from it) and the recipe changed since: the run state belongs to
+        # another recipe, so this run starts afresh. Otherwise a finished run of another recipe
+        # would be overwritten silently: refuse.
+        replaced = not ckpt_path.is_file() or (artifact is not None and not Path(artifact).exists())
+        if not replaced:
             raise UserError(f"checkpoint {source} was trained with another config/data "
                             f"({state['identity']}); delete it or restore that config")
-        # The published checkpoint is gone (a workflow rerun deletes it) and the recipe changed
-        # since: the run state belongs to another recipe, so this run starts afresh.
-        tqdm.write(f"{desc}: {work} was trained with another config/data; starting afresh")
-        work.unlink()
+        tqdm.write(f"{desc}: {source} was trained with another config/data; starting afresh")
+        work.unlink(missing_ok=True)
+        ckpt_path.unlink(missing_ok=True)
         state = None
     if state is not None:
         # a finished run publishes its best weights; it continues (a raised budget) from its last

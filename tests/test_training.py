@@ -101,6 +101,25 @@ def test_checkpoint_identity_is_checked(tmp_path):
     assert calls["n"] == 0 and torch.equal(again.weight, changed.weight) and read_trained(tmp_path / "c.pt")["done"]
     with pytest.raises(UserError, match="does not exist"):
         load_trained(fresh(), tmp_path / "nope.pt")
+
+
+def test_a_changed_recipe_replaces_a_checkpoint_whose_declared_artifact_is_gone(tmp_path):
+    """A trainer whose rule declares an artifact exported from the checkpoint (a model folder), not
+    the checkpoint: a rerun deletes the artifact and leaves the published checkpoint, which a changed
+    recipe must replace rather than refuse; with the artifact still there it is refused."""
+    ckpt, artifact = tmp_path / "train.pt", tmp_path / "model" / "config.json"
+    train(fresh(), DATA, loss_fn, TrainConfig(lr=0.05, epochs=1, batch_size=8), ckpt, artifact=artifact)
+    artifact.parent.mkdir()
+    artifact.write_text("{}")
+    changed = TrainConfig(lr=0.01, epochs=1, batch_size=8)
+    with pytest.raises(UserError, match="another config"):
+        train(fresh(), DATA, loss_fn, changed, ckpt, artifact=artifact)
+    with pytest.raises(UserError, match="another config"):  # without an artifact: the old rule
+        train(fresh(), DATA, loss_fn, changed, ckpt)
+    artifact.unlink()
+    train(fresh(), DATA, loss_fn, changed, ckpt, artifact=artifact)
+    state = read_trained(ckpt)
+    assert state["identity"]["config"]["lr"] == 0.01 and state["done"] and state["step"] == 5
     with pytest.raises(UserError, match="batch_size=0"):
         TrainConfig(batch_size=0)
 
