@@ -35,6 +35,12 @@ def test_unknown_profile():
     (("dtype",), "int8", "dtype"),
     (("cross", "typo_key"), 1, "typo_key"),
     (("cross", "groups"), {"g": ["hf_generate", "prompt_lookup"]}, "vanilla"),
+    # a variant's override is typed like train's key it overrides (the key set alone used to be checked)
+    (("prompt_decoding", "variants", "main", "max_steps"), 0, "variants/main/max_steps"),
+    (("prompt_decoding", "variants", "ept2", "mask"), "causal", "variants/ept2/mask"),
+    (("firp", "variants", "main", "lr"), -1e-3, "variants/main/lr"),
+    (("firp", "variants", "k1l9", "layers"), [0], "variants/k1l9/layers"),
+    (("firp", "train", "anchors"), 0, "firp/train/anchors"),
 ])
 def test_invalid_config_one_line(path, value, msg):
     cfg = copy.deepcopy(CFG)
