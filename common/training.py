@@ -289,6 +289,10 @@ def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConf
     (wall times, why it stopped, first and last loss, the held-out metrics untrained and at the
     end, the stopping rule and optimizer config); the curve is copied to ``curve_path``.
 
+    ``train_wall_s`` is the training's own time (steps and evaluations) summed over every session
+    that ran it, as :func:`finish_with_accuracy` reports it: what a cost table charges, also for a
+    run resumed across sessions; ``session_wall_s`` is this session's, loading included.
+
     Args:
         log: :func:`train`'s per-step log.
         started: ``time.perf_counter()`` when this session began.
@@ -300,7 +304,7 @@ def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConf
 
     def heldout(row: dict) -> dict:
         return {k: v for k, v in row.items() if k.startswith("heldout")}
-    return {"train_wall_s": time.perf_counter() - started, "curve_wall_s": state["wall_s"], "stopped": state["stopped"],
+    return {"train_wall_s": state["wall_s"], "session_wall_s": time.perf_counter() - started, "stopped": state["stopped"],
             "steps": state["step"], "chosen_step": state.get("chosen_step", state["step"]), "first_loss": log[0]["loss"] if log else None,
             "final_loss": log[-1]["loss"] if log else None, "untrained": heldout(curve[0]), "final": heldout(chosen_row(state)),
             "stopping": asdict(stop), "config": asdict(cfg)}

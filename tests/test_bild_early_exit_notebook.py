@@ -41,7 +41,7 @@ def _fake_inputs(paths):
             write_jsonl(p, recs)
         elif name.endswith("_stats.json"):
             write_json(p, {"layers": 30, "steps": 4, "stopped": "flat", "labels": "text", "trained_params": 1000,
-                           "train_positions": 64, "batch_positions": 32, "curve_wall_s": 12.0, "config": {"epochs": 2},
+                           "train_positions": 64, "batch_positions": 32, "train_wall_s": 12.0, "config": {"epochs": 2},
                            "untrained": {"heldout_loss": 3.0, "heldout_top1": [0.2, 0.5], "heldout_agree": [0.3, 1.0]},
                            "final": {"heldout_loss": 2.5, "heldout_top1": [0.3, 0.5], "heldout_agree": [0.5, 1.0]}})
         elif name.endswith("_curve.jsonl"):

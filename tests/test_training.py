@@ -253,10 +253,16 @@ def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
     train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=stop)
     assert read_trained(tmp_path / "w.pt")["step"] == first
     more = Stopping(eval_every=100, patience=2, wall_budget_s=state["wall_s"] + 0.6)
-    train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=more)
+    started = time.perf_counter()
+    log = train(fresh(), DATA, slow, cfg, tmp_path / "w.pt", evaluate=synthetic([0.1 * i for i in range(60)]), stop=more)
     again = read_trained(tmp_path / "w.pt")
     assert again["stopped"] == "wall budget" and first < again["step"] < 50
     assert again["curve"][:len(state["curve"])] == state["curve"] and again["wall_s"] >= state["wall_s"] + 0.6
+    # the stats of the resumed run charge both sessions' training, not only the last one's
+    from common.training import run_summary
+    stats = run_summary(tmp_path / "w.pt", log, more, cfg, started)
+    assert stats["train_wall_s"] == again["wall_s"] > stats["session_wall_s"] - 0.5
+    assert stats["train_wall_s"] >= state["wall_s"] + 0.6
 
 
 def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):

@@ -51,7 +51,7 @@ meta = {**provenance([r for recs in runs.values() for r in recs]),
         "sources": ", ".join(inputs)}
 pd.DataFrame([{"loss": loss, "steps": s["steps"], "stopped": s["stopped"], "labels": s["labels"],
                "positions (x epochs)": f"{s.get('train_positions')} x {s['config']['epochs']}",
-               "positions per step": s.get("batch_positions"), "train wall s": round(s["curve_wall_s"]),
+               "positions per step": s.get("batch_positions"), "train wall s": round(s["train_wall_s"]),
                "trained_params": s["trained_params"], "heldout_loss": f"{s['untrained']['heldout_loss']} -> {s['final']['heldout_loss']}",
                "exit top1 (first exit)": f"{s['untrained']['heldout_top1'][0]} -> {s['final']['heldout_top1'][0]}",
                "agree with last (first exit)": f"{s['untrained']['heldout_agree'][0]} -> {s['final']['heldout_agree'][0]}"}
