@@ -261,8 +261,7 @@ def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
     # the stats of the resumed run charge both sessions' training, not only the last one's
     from common.training import run_summary
     stats = run_summary(tmp_path / "w.pt", log, more, cfg, started)
-    assert stats["train_wall_s"] == again["wall_s"] > stats["session_wall_s"] - 0.5
-    assert stats["train_wall_s"] >= state["wall_s"] + 0.6
+    assert stats["train_wall_s"] == again["wall_s"] >= state["wall_s"] + 0.6 and stats["session_wall_s"] > 0
 
 
 def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):
