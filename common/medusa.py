@@ -364,23 +364,21 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
     heads = new_heads(model, n_heads, share_lm_head)
     meta = {**heads_meta(model, n_heads, share_lm_head), **({} if layers is None else {"input_layers": list(layers)})}
     curve_file = out_dir / "curve.jsonl"
-    t_loop = time.perf_counter()
     log = train(heads, list(range(len(train_data))), make_loss(train_data, vocab), cfg, out_dir / "heads.pt",
                 out_dir / "train_log.jsonl", meta={**meta, "labels": labels, "train_vocab": train_vocab},
                 desc="medusa heads", stop=stop, curve_path=curve_file,
                 evaluate=lambda m: {k: v for k, v in evaluate(m, held_data).items() if k != "heldout_topk"})
-    loop_s = time.perf_counter() - t_loop  # this run's part of the loop (state["wall_s"] counts every run's)
     state = torch.load(out_dir / "heads.pt", weights_only=False, map_location="cpu")  # only its curve is read
     final = evaluate(heads, held_data)
     acc = final["heldout_topk"]
     curve = state["curve"]
     stats = {"accuracy": acc, "heldout_top1": final["heldout_top1"], "heldout_loss": final["heldout_loss"],
-             # the training loop's wall time over every resumed run (evaluations included), plus the
-             # rest of this run (layer states, final evaluation, trees); a resumed run alone would
-             # count seconds
              "untrained_top1": curve[0]["heldout_top1"],
-             "train_wall_s": state["wall_s"] + (time.perf_counter() - t0) - loop_s,
-             "curve_wall_s": state["wall_s"], "stopped": state["stopped"], "steps": state["step"],
+             # as every trainer reports it (common.training.run_summary): the loop's own time
+             # (steps and evaluations) over every resumed run; this session's, layer states and
+             # final evaluation included, beside it
+             "train_wall_s": state["wall_s"], "session_wall_s": time.perf_counter() - t0,
+             "stopped": state["stopped"], "steps": state["step"],
              "meta": meta, "labels": labels, "train_vocab": train_vocab,
              "train_vocab_size": None if vocab is None else int(vocab.numel()),
              "params": sum(p.numel() for p in heads.parameters()), "final_loss": log[-1]["loss"] if log else None,

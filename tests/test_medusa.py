@@ -71,6 +71,9 @@ def test_training_and_stats(trained):
     assert len(stats["accuracy"]) == 3 and all(len(r) == 10 for r in stats["accuracy"])
     assert all((out / f"tree_{n}.json").is_file() for n in (16, 32, 63))
     assert stats["trees"][63] >= stats["trees"][16] >= 1.0
+    # training time as every trainer reports it: the checkpoint's loop total, this session beside it
+    state = torch.load(out / "heads.pt", weights_only=False, map_location="cpu")
+    assert stats["train_wall_s"] == state["wall_s"] <= stats["session_wall_s"] and "curve_wall_s" not in stats
 
 
 @pytest.mark.parametrize("tree", [16, 63])

@@ -156,7 +156,11 @@ if reduced:
     recs = read_jsonl(reduced[0])
     rstats = json.loads(Path(next(p for p in inputs if Path(p).name == "reduced_vocab_stats.json")).read_text())
     compact = f"_l{rv.compact_layers}v{rv.keep}" if rv.compact_layers else None
-    both = {k: sweep_points(r, cfg.task(rv.task).metric) for k, r in split_reduced(recs, rv.keep, compact=compact).items()}
+    metric = cfg.task(rv.task).metric
+    both = {}
+    for k, r in split_reduced(recs, rv.keep, compact=compact).items():
+        g, large = sweep_points(r, metric), vs_large(r, metric)  # each part keeps the run's vanilla
+        both[k] = g.assign(quality_vs_large=[large[d] for d in g.decoder])
     names = {"full": f"{rv.variant}, full head (reduced sweep's run)",
              "reduced": f"{rv.variant}, {rv.keep}-token head (beyond the paper)",
              "compact": f"{rv.variant}, {rv.compact_layers}-layer model trained with the {rv.keep}-token head (beyond the paper)"}
