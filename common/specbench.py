@@ -92,7 +92,9 @@ def ranks_beside(ours: dict[str, dict[str, float]], board: dict, methods: dict[s
             continue
         a = pd.Series({m: v[0] for m, v in both.items()})
         b = pd.Series({m: v[1] for m, v in both.items()})
-        rho = float(a.rank().corr(b.rank())) if len(both) >= 3 else None  # Spearman: Pearson of the ranks
+        # Spearman: Pearson of the ranks, rounded because the float sum depends on the order pandas
+        # adds in (identical orders gave 0.9999999999999999, a rerun flipped last digits of the CSV).
+        rho = round(float(a.rank().corr(b.rank())), 12) if len(both) >= 3 else None
         rows.append({"task": task, "methods": len(both),
                      "ours": " > ".join(a.sort_values(ascending=False).index),
                      "specbench": " > ".join(b.sort_values(ascending=False).index),

@@ -105,6 +105,11 @@ def test_ranks_beside_the_leaderboard_by_hand():
     assert mt["spearman"] == pytest.approx(-0.5) and mt["same_fastest"] is False
     su = rows["summarization"]
     assert su["methods"] == 2 and su["spearman"] is None and su["same_fastest"] is False
+    # the same order on both sides is exactly 1 (the unrounded float of pandas' corr was 0.9999999999999999)
+    five = {m: m.lower() for m in "ABCDE"}
+    same = ranks_beside({"t": {lab: 5.0 - i for i, lab in enumerate(five.values())}},
+                        {"speedup": {m: [9.0 - i] for i, m in enumerate(five)}}, five, ["t"])
+    assert same[0]["spearman"] == 1.0
     assert [task_of(c) for c in ("writing", "math", "math_reasoning", "rag", "code")] == [
         "mt_bench", "mt_bench", "math_reasoning", "rag", None]
 
