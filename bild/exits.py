@@ -48,7 +48,7 @@ from common.checkpoints import fingerprint
 from common.errors import UserError, check_range, cli_main
 from common.forward import check_layer, num_layers
 from common.medusa import layer_inputs
-from common.records import write_json
+from common.records import content_digest, write_json
 from common.teacher import HardLabels, TeacherData
 from common.training import Stopping, TrainConfig, run_summary, train
 
@@ -255,7 +255,9 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
              "trained_params": sum(p.numel() for p in head.parameters()), "frozen_trunk": True,
              "states_wall_s": states_wall, **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
              "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
-             "teacher": teacher["key"], "threads": torch.get_num_threads()}
+             "teacher": teacher["key"], "threads": torch.get_num_threads(),
+             # what the sweeps' records name as model_digest (common.bench): a sweep run before a retraining shows
+             "model_digest": content_digest(out_dir / "model")}
     write_json(out_dir / "stats.json", stats)
     return stats
 

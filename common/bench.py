@@ -222,6 +222,13 @@ def component_digests(cfg: dict) -> dict[str, str]:
     return {k: content_digest(v) for k, v in sorted(cfg.items()) if isinstance(v, str) and Path(v).exists()}
 
 
+def model_digest(model: str) -> dict[str, str]:
+    """``{"model_digest": content digest}`` when the benchmarked model is a local folder (a trained
+    component: BiLD's exit models), else nothing: its cache path alone does not say which weights a
+    record decoded with once the component is retrained there."""
+    return {"model_digest": content_digest(model)} if Path(model).is_dir() else {}
+
+
 def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     resume = resume_log(args, {k: d.name for k, d in decoders.items()}, cfgs) if args.resume else None
     done = resume.load() if resume else {}
@@ -233,7 +240,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
             "code_version": args.code_version, "forward_path": "stock" if args.stock else "fast",
-            "dtype": args.dtype, "max_new_tokens": args.max_new_tokens}
+            "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, **model_digest(args.model)}
     components = {label: component_digests(cfgs.get(label, {})) for label in decoders}
     records = []
     with JsonlWriter(args.out) as out:

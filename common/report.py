@@ -152,6 +152,18 @@ def components_line(runs: dict[str, list[dict]]) -> str:
     return "; ".join(parts) if parts else "no trained components"
 
 
+def decoded_weights(stats: dict, records: list[dict]) -> str:
+    """Did benchmark records decode the weights a training record describes? Its ``model_digest``
+    against theirs (:func:`common.bench.model_digest`): a component retrained after its benchmark
+    leaves that benchmark on the old weights until it reruns, under the same cache path."""
+    ours, theirs = stats.get("model_digest"), {r.get("model_digest") for r in records}
+    if not records or ours is None or None in theirs:
+        return "benchmarked weights unknown (records or training without digests)"
+    if theirs == {ours}:
+        return "benchmarked with these weights"
+    return f"benchmarked with other weights ({'/'.join(sorted(theirs))}; trained {ours}): rerun its benchmark"
+
+
 def within_noise(a: float, b: float, spread: float | None) -> bool:
     """Do two speedups of one run differ by no more than its A/A spread (relative)? False when
     the run has no A/A pair: then the noise is unknown, and the table says so."""

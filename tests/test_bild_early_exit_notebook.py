@@ -17,7 +17,8 @@ import make_notebook  # noqa: E402
 def _rec(decoder, qid, text, wall, tokens, model, extra=None):
     return {"decoder": decoder, "question_id": qid, "text": text, "reference": "the cat sat on the mat",
             "wall_time": wall, "tokens": tokens, "new_tokens": len(tokens), "extra": extra or {},
-            "model": model, "profile": "smoke", "device": "cpu", "dataset": "sharegpt-summarize"}
+            "model": model, "profile": "smoke", "device": "cpu", "dataset": "sharegpt-summarize",
+            "model_digest": "a" * 16}
 
 
 def _fake_inputs(paths):
@@ -42,6 +43,8 @@ def _fake_inputs(paths):
         elif name.endswith("_stats.json"):
             write_json(p, {"layers": 30, "steps": 4, "stopped": "flat", "labels": "text", "trained_params": 1000,
                            "train_positions": 64, "batch_positions": 32, "train_wall_s": 12.0, "config": {"epochs": 2},
+                           # BiLD's head is the one its sweep decoded; CALM's was retrained after its sweep
+                           "model_digest": ("a" if "bild" in name else "c") * 16,
                            "untrained": {"heldout_loss": 3.0, "heldout_top1": [0.2, 0.5], "heldout_agree": [0.3, 1.0]},
                            "final": {"heldout_loss": 2.5, "heldout_top1": [0.3, 0.5], "heldout_agree": [0.5, 1.0]}})
         elif name.endswith("_curve.jsonl"):
@@ -70,3 +73,7 @@ def test_notebook_cells_render_on_synthetic_records(tmp_path, aid, monkeypatch, 
     assert (base / "tables" / f"{aid}.csv").is_file() and (base / "figures" / f"{aid}.png").is_file()
     out = capsys.readouterr().out
     assert "paper's" in out
+    md = (base / "tables" / f"{aid}.md").read_text()
+    assert "bild: 4 steps, stopped: flat, benchmarked with these weights" in md
+    if aid == "bild.fig7":
+        assert f"calm: 4 steps, stopped: flat, benchmarked with other weights ({'a' * 16}; trained {'c' * 16})" in md

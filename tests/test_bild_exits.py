@@ -12,6 +12,7 @@ from bild.exits import (ExitHead, _main, exit_labels, exit_loss, exit_states, ex
 from common.decoders import get_decoder
 from common.decoders.speculative import perturbed_copy
 from common.errors import UserError
+from common.records import content_digest
 from common.forward import embed, layer_states, logits_from_hidden, num_layers, run_layers
 from common.teacher import teacher_pass
 from common.training import Stopping, TrainConfig
@@ -110,6 +111,7 @@ def test_training_saves_a_model_that_decodes(tiny, teacher, tmp_path, loss):
     assert len(stats["final"]["heldout_top1"]) == len(stats["exit_depths"]) and stats["final"]["heldout_agree"][-1] == 1.0
     assert stats["final"]["heldout_score"] == -stats["final"]["heldout_loss"]
     assert (tmp_path / "curve_copy.jsonl").read_text() == (tmp_path / "curve.jsonl").read_text()
+    assert stats["model_digest"] == content_digest(tmp_path / "model")           # what its sweep's records name
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
     assert not saved.config.tie_word_embeddings
     torch.testing.assert_close(saved.model.embed_tokens.weight, embed_before)      # the trunk is frozen

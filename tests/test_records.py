@@ -129,6 +129,22 @@ def test_content_digest_names_the_weights_not_the_path(tmp_path):
     assert len(content_digest(a / "config.json")) == 16
     got = component_digests({"draft": str(a), "gamma": 4, "mode": "static", "heads": str(tmp_path / "absent")})
     assert got == {"draft": content_digest(a)}                  # only options that name something on disk
+    # a benchmarked model that is a local folder (BiLD's exit models) is digested too; a converted model's name is not
+    from common.bench import model_digest
+    assert model_digest(str(a)) == {"model_digest": content_digest(a)} and model_digest("smollm2-135m-instruct") == {}
+
+
+def test_decoded_weights_tells_a_benchmark_of_older_weights():
+    """A training record against its benchmark's records: the same digest, another (a retraining
+    after the benchmark), or none on either side (written before digests existed)."""
+    from common.report import decoded_weights
+
+    recs = [{"model_digest": "aa"}, {"model_digest": "aa"}]
+    assert decoded_weights({"model_digest": "aa"}, recs) == "benchmarked with these weights"
+    assert decoded_weights({"model_digest": "bb"}, recs).startswith("benchmarked with other weights (aa; trained bb)")
+    assert decoded_weights({}, recs).startswith("benchmarked weights unknown")
+    assert decoded_weights({"model_digest": "aa"}, [*recs, {}]).startswith("benchmarked weights unknown")
+    assert decoded_weights({"model_digest": "aa"}, []).startswith("benchmarked weights unknown")
 
 
 def test_content_digest_counts_published_weights_so_a_kept_copy_digests_like_the_original(tmp_path):

@@ -27,7 +27,7 @@ from bild.config import from_profile
 from bild.plots import quality_panel
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
-from common.report import provenance
+from common.report import decoded_weights, provenance
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg, inputs = R.cfg, R.inputs
@@ -47,7 +47,8 @@ meta = {**provenance([r for recs in runs.values() for r in recs]),
         "tasks": "; ".join(f"{t}: {cfg.task(t).dataset} ({cfg.task(t).n} prompts, {cfg.task(t).metric})" for t in ee.tasks),
         "exit_layer": f"{ee.exit_layer} of {trained['bild']['layers']}",
         "training": "shared exit head (final norm + untied LM head) on the frozen model, not full fine-tuning",
-        "exit trainings": "; ".join(f"{loss}: {s['steps']} steps, stopped: {s['stopped']}" for loss, s in trained.items()),
+        "exit trainings": "; ".join(f"{loss}: {s['steps']} steps, stopped: {s['stopped']}, " + decoded_weights(
+            s, [r for (_, l), recs in runs.items() if l == loss for r in recs]) for loss, s in trained.items()),
         "sources": ", ".join(inputs)}
 pd.DataFrame([{"loss": loss, "steps": s["steps"], "stopped": s["stopped"], "labels": s["labels"],
                "positions (x epochs)": f"{s.get('train_positions')} x {s['config']['epochs']}",
