@@ -200,7 +200,7 @@ class ResumeLog:
 NOT_DECODED = ("*.run", "*.partial", "*.jsonl", "stats.json")
 
 
-def content_digest(path) -> str:
+def content_digest(path, without: tuple[str, ...] = ()) -> str:
     """A short digest of what a decoder loads from a trained component: ``sha256`` over the
     files under ``path`` (or ``path`` itself) in sorted order, each with its relative name, where a
     training checkpoint (``*.pt`` holding ``module``) counts by its published weights alone
@@ -210,12 +210,14 @@ def content_digest(path) -> str:
 
     Benchmark records name a component by its cache path, and a later session may retrain it
     there (on another CPU a retraining is close but not bit-identical) or restore the kept copy:
-    the digest says whether two records decoded with the same weights."""
+    the digest says whether two records decoded with the same weights. ``without``: relative
+    names of files to leave out as well (a folder's digest before a file was added to it)."""
     import torch  # here: records are read by notebooks that need no torch
 
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not any(p.match(g) for g in NOT_DECODED))
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not any(p.match(g) for g in NOT_DECODED)
+                       and str(p.relative_to(path)) not in without)
     else:
         files = [path]
     h = hashlib.sha256()

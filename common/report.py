@@ -164,6 +164,73 @@ def decoded_weights(stats: dict, records: list[dict]) -> str:
     return f"benchmarked with other weights ({'/'.join(sorted(theirs))}; trained {ours}): rerun its benchmark"
 
 
+def decoded_components(records: list[dict]) -> dict[str, dict[str, set]]:
+    """Which weights records decoded, by the path they loaded them from: ``{path: {"decoder.option":
+    digests}}``, from each record's ``components`` (the options' digests) and ``decoder_config``
+    (the paths), and from ``model_digest`` with ``model`` (a benchmarked local model folder)."""
+    out: dict[str, dict[str, set]] = {}
+    for r in records:
+        for opt, digest in (r.get("components") or {}).items():
+            path = (r.get("decoder_config") or {}).get(opt)
+            if isinstance(path, str):
+                out.setdefault(path, {}).setdefault(f"{r['decoder']}.{opt}", set()).add(digest)
+        if r.get("model_digest"):
+            out.setdefault(r["model"], {}).setdefault(f"{r['decoder']}.model", set()).add(r["model_digest"])
+    return out
+
+
+def weights_status(runs: dict[str, list[dict]], committed: dict[str, float],
+                   now: dict[str, tuple[str, str]], earlier: dict[str, dict[str, str]] | None = None) -> pd.DataFrame:
+    """Did each run decode the weights its components hold now? One row per run and component path.
+
+    Records name a component by its cache path, which a later training overwrites; their digests
+    (:func:`decoded_components`) say which weights they loaded. The reference for a path is
+    ``now[path] = (digest, where)`` (the cache's copy, or the one kept in git) when there is one;
+    else the weights of the run committed last (``committed``: run -> time) that decoded it, since
+    a benchmark loads what its cache holds when it runs. ``state``: ``current`` (the reference's
+    weights), ``stale`` (other weights: its benchmark reruns on the reference's), ``unchecked``
+    (the only run naming the path, and nothing to compare with). A run that decoded the
+    reference's folder as it was before a file was added to it (``earlier``) is current: the same
+    weights, and its ``note`` names the file.
+
+    Args:
+        runs: run name (a record file) -> its records.
+        committed: run name -> when it was last committed (seconds; missing: oldest).
+        now: path -> (its digest now, where that copy is).
+        earlier: path -> {the reference folder's digest without one file: that file's name}.
+    Returns:
+        columns run, path, decoders, decoded, reference, state, note.
+    """
+    earlier = earlier or {}
+    per_run = {name: decoded_components(recs) for name, recs in runs.items()}
+    paths = sorted({p for d in per_run.values() for p in d})
+    rows = []
+    for path in paths:
+        users = [n for n in per_run if path in per_run[n]]
+        if path in now:
+            ref, where = now[path]
+        else:
+            newest = max(users, key=lambda n: committed.get(n, float("-inf")))
+            digests = set().union(*per_run[newest][path].values())
+            ref, where = (next(iter(digests)), f"newest record ({newest})") if len(digests) == 1 else (None, None)
+        for name in users:
+            decoded = set().union(*per_run[name][path].values())
+            added = {earlier.get(path, {}).get(d) for d in decoded} - {None}
+            note = ""
+            if ref is None or (where.startswith("newest") and len(users) == 1):
+                state = "unchecked"
+            elif decoded == {ref}:
+                state = "current"
+            elif len(added) == 1 and all(d in earlier.get(path, {}) for d in decoded):
+                state, note = "current", f"the same weights; {next(iter(added))} was added to the folder since"
+            else:
+                state = "stale"
+            rows.append({"run": name, "path": path, "decoders": ", ".join(sorted(per_run[name][path])),
+                         "decoded": "/".join(sorted(decoded)), "reference": f"{ref} ({where})" if ref else MISSING,
+                         "state": state, "note": note})
+    return pd.DataFrame(rows, columns=["run", "path", "decoders", "decoded", "reference", "state", "note"])
+
+
 def within_noise(a: float, b: float, spread: float | None) -> bool:
     """Do two speedups of one run differ by no more than its A/A spread (relative)? False when
     the run has no A/A pair: then the noise is unknown, and the table says so."""

@@ -9,8 +9,9 @@ the rest will take:
 
 Per dataset: ``done`` (its record ``<results>/cross/raw/study_<dataset>.jsonl`` exists; the
 hardware and code version it names), ``stale`` (it exists, but some decoder ran with other options
-than the config sets now, ``common.report.stale_settings``: a setting re-chosen after the run; the
-whole dataset is rerun, so that its decoders stay interleaved with one vanilla), ``partial`` (a
+than the config sets now, ``common.report.stale_settings``: a setting re-chosen after the run; or
+it decoded older weights than its components hold now, tools/weights_status.py: one retrained
+after the run; the whole dataset is rerun, so that its decoders stay interleaved with one vanilla), ``partial`` (a
 resume log under ``.cache/resume/``: how many prompts are finished, on which hardware; only that
 hardware may continue it), or ``not started``.
 The estimate of what is left is rough: seconds per prompt (every decoder's wall time summed) of the
@@ -20,6 +21,7 @@ datasets; long-prompt datasets take longer than that mean.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +35,8 @@ from common.data import load_dataset_samples  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import ResumeLog, read_jsonl  # noqa: E402
 from common.report import components_line, stale_settings  # noqa: E402
+
+import weights_status  # noqa: E402  (tools/, beside this script)
 
 
 def _per_prompt_s(records: list[dict]) -> float:
@@ -80,6 +84,12 @@ def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
         else:
             row.update(state="not started", finished=0, hardware="", code="", s_per_prompt=float("nan"))
         rows.append(row)
+    weights = weights_status.status(profile, root)
+    for row in rows:
+        run = os.path.relpath(results / "cross" / "raw" / f"study_{row['dataset']}.jsonl", root)  # as weights_status names it
+        old = weights[(weights.run == run) & (weights.state == "stale")]
+        if row["state"] == "done" and len(old):
+            row["state"] = "stale: weights of " + ", ".join(sorted({d for ds in old.decoders for d in ds.split(", ")}))
     table = pd.DataFrame(rows)
     known = table.s_per_prompt.dropna()
     mean = float(known.mean()) if len(known) else None
@@ -120,9 +130,13 @@ def main(argv=None) -> None:
     for line in next_commands(table, args.profile, load_profile(None, args.profile).results_root):
         print(line)
     done = int((table.state == "done").sum())
-    if done < len(table):
+    old_weights = int(table.state.str.startswith("stale: weights").sum())
+    if done + old_weights < len(table):
         print(f"the study's artifacts stay pending until every dataset's record exists and ran the configured "
-              f"settings ({done} of {len(table)})")
+              f"settings ({done + old_weights} of {len(table)})")
+    if old_weights:
+        print(f"{old_weights} of {len(table)} datasets decoded older weights than their components hold now "
+              "(tools/weights_status.py): the study's artifacts render from them until they rerun")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+"""Which benchmark records decoded weights their components no longer hold:
+common.report.weights_status (the comparison) and tools/weights_status.py (the references: the
+cache, the kept copy, the newest record), and tools/study_status.py's use of it."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import weights_status as tool  # noqa: E402
+
+from common.records import content_digest  # noqa: E402
+from common.report import decoded_components, weights_status  # noqa: E402
+
+
+def _rec(decoder, path, digest, opt="heads"):
+    return {"question_id": "1", "decoder": decoder, "decoder_config": {opt: path, "tree": 16}, "components": {opt: digest}}
+
+
+def test_decoded_components_by_path_from_options_and_local_models():
+    recs = [_rec("medusa@t16", "c/medusa", "aa"), _rec("medusa@t63", "c/medusa", "aa"), {"decoder": "vanilla"},
+            {"decoder": "bild@x", "model": "c/exit", "model_digest": "ee", "decoder_config": {}}]
+    assert decoded_components(recs) == {"c/medusa": {"medusa@t16.heads": {"aa"}, "medusa@t63.heads": {"aa"}},
+                                        "c/exit": {"bild@x.model": {"ee"}}}
+
+
+def test_the_reference_is_the_local_copy_else_the_newest_record():
+    runs = {"old": [_rec("medusa@t16", "c/medusa", "aa"), _rec("spec", "c/draft", "d1", "draft")],
+            "new": [_rec("medusa@t63", "c/medusa", "bb"), _rec("spec", "c/draft", "d2", "draft")],
+            "alone": [_rec("bild", "c/small", "ss", "small")]}
+    t = weights_status(runs, {"old": 1.0, "new": 2.0, "alone": 3.0}, now={"c/medusa": ("aa", "cache")})
+    state = {(r.run, r.path): r.state for r in t.itertuples()}
+    # the cache holds the old run's heads: the newer run decoded others, though it is newer
+    assert state["old", "c/medusa"] == "current" and state["new", "c/medusa"] == "stale"
+    # no copy here: the run committed last decoded what the path holds now
+    assert state["new", "c/draft"] == "current" and state["old", "c/draft"] == "stale"
+    assert t.set_index(["run", "path"]).loc[("old", "c/draft"), "reference"] == "d2 (newest record (new))"
+    # one run names the path and nothing else says what it holds: not judged
+    assert state["alone", "c/small"] == "unchecked"
+    # a run that was resumed across a retraining decoded two weights: stale against either
+    mixed = {"a": [_rec("m", "c/m", "x"), _rec("m", "c/m", "y")]}
+    assert weights_status(mixed, {}, now={"c/m": ("x", "cache")}).state.tolist() == ["stale"]
+
+
+def test_a_file_added_to_the_folder_since_is_not_a_retraining():
+    runs = {"r": [_rec("medusa@t16", "c/medusa", "before")], "s": [_rec("medusa@t16", "c/medusa", "other")]}
+    t = weights_status(runs, {}, now={"c/medusa": ("after", "cache")}, earlier={"c/medusa": {"before": "vocab.json"}})
+    rows = t.set_index("run")
+    assert rows.loc["r", "state"] == "current" and "vocab.json was added" in rows.loc["r", "note"]
+    assert rows.loc["s", "state"] == "stale" and rows.loc["s", "note"] == ""
+
+
+def test_content_digest_without_a_file_is_the_folder_before_it(tmp_path):
+    d = tmp_path / "heads"
+    d.mkdir()
+    torch.save({"module": {"w": torch.arange(4.0)}}, d / "heads.pt")
+    before = content_digest(d)
+    (d / "draft_vocab.json").write_text("[1, 2]")
+    assert content_digest(d) != before
+    assert content_digest(d, without=("draft_vocab.json",)) == before
+    assert tool.earlier_digests(d) == {before: "draft_vocab.json", content_digest(d, without=("heads.pt",)): "heads.pt"}
+
+
+def _write(path: Path, recs):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _profile_tree(tmp_path, monkeypatch):
+    """A smoke-profile results tree under tmp_path, whose cache path names a component folder."""
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))
+    raw = tmp_path / ".cache" / "smoke" / "results" / "cross" / "raw"
+    comp = ".cache/components/smoke/medusa"
+    return raw, comp
+
+
+def test_the_tool_finds_the_kept_copy_and_the_cache(tmp_path, monkeypatch):
+    raw, comp = _profile_tree(tmp_path, monkeypatch)
+    kept = tmp_path / "results" / "cross" / "checkpoints" / "smoke" / "medusa"
+    kept.mkdir(parents=True)
+    torch.save({"module": {"w": torch.ones(3)}}, kept / "heads.pt")
+    ours = content_digest(kept)
+    _write(raw / "bench_medusa.jsonl", [_rec("medusa@t16", comp, ours)])
+    _write(raw / "bench_old.jsonl", [_rec("medusa@t16", comp, "0123456789abcdef")])
+    _write(raw / "draft_curve.jsonl", [{"step": 1, "loss": 2.0}])   # names no component: not a run
+    t = tool.status("smoke", root=tmp_path).set_index("run")
+    assert sorted(t.index) == [".cache/smoke/results/cross/raw/bench_medusa.jsonl", ".cache/smoke/results/cross/raw/bench_old.jsonl"]
+    assert t.loc[".cache/smoke/results/cross/raw/bench_medusa.jsonl", "state"] == "current"
+    assert t.loc[".cache/smoke/results/cross/raw/bench_old.jsonl", "state"] == "stale"
+    assert t.loc[".cache/smoke/results/cross/raw/bench_old.jsonl", "reference"] == f"{ours} (kept results/cross/checkpoints/smoke/medusa)"
+    # the cache's copy comes first: retrained there, every record above is stale against it
+    (tmp_path / comp).mkdir(parents=True)
+    torch.save({"module": {"w": torch.zeros(3)}}, tmp_path / comp / "heads.pt")
+    t = tool.status("smoke", root=tmp_path)
+    assert set(t.state) == {"stale"} and all(r.endswith("(cache)") for r in t.reference)
+
+
+def test_study_status_reruns_a_dataset_that_decoded_older_weights(tmp_path, monkeypatch):
+    import study_status
+
+    raw, comp = _profile_tree(tmp_path, monkeypatch)
+    (tmp_path / comp).mkdir(parents=True)
+    torch.save({"module": {"w": torch.ones(3)}}, tmp_path / comp / "heads.pt")
+    rec = {**_rec("medusa@t16", comp, "0123456789abcdef"), "question_id": "81", "wall_time": 1.0,
+           "device": "cpu: test (2 threads)", "code_version": "abc"}
+    _write(raw / "study_mt-bench.jsonl", [rec, {**rec, "decoder": "vanilla", "decoder_config": {}, "components": {}}])
+    table, _ = study_status.status("smoke", root=tmp_path)
+    row = table.set_index("dataset").loc["mt-bench"]
+    assert row.state == "stale: weights of medusa@t16.heads" and row.min_left_est > 0
+    assert "-f .cache/smoke/results/cross/raw/study_mt-bench.jsonl" in study_status.next_commands(table, "smoke", ".cache/smoke/results")[0]
+
+
+def test_unknown_profile_is_one_error_line():
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "weights_status.py"), "--profile", "nope"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode != 0 and p.stderr.strip().startswith("error:") and len(p.stderr.strip().splitlines()) == 1
