@@ -112,6 +112,10 @@ def test_study_status_reruns_a_dataset_that_decoded_older_weights(tmp_path, monk
     row = table.set_index("dataset").loc["mt-bench"]
     assert row.state == "stale: weights of medusa@t16.heads" and row.min_left_est > 0
     assert "-f .cache/smoke/results/cross/raw/study_mt-bench.jsonl" in study_status.next_commands(table, "smoke", ".cache/smoke/results")[0]
+    assert study_status.missing_components("smoke", root=tmp_path) == []
+    (tmp_path / comp / "heads.pt").unlink()
+    (tmp_path / comp).rmdir()   # the cache lost it, and nothing kept it: retrain it first
+    assert study_status.missing_components("smoke", root=tmp_path) == [comp]
 
 
 def test_unknown_profile_is_one_error_line():

@@ -34,7 +34,7 @@ from common.config import AA_LABEL, bench_decoders, labels_config, load_profile,
 from common.data import load_dataset_samples  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import ResumeLog, read_jsonl  # noqa: E402
-from common.report import components_line, stale_settings  # noqa: E402
+from common.report import components_line, decoded_components, stale_settings  # noqa: E402
 
 import weights_status  # noqa: E402  (tools/, beside this script)
 
@@ -103,6 +103,17 @@ def status(profile: str, root: Path = ROOT) -> tuple[pd.DataFrame, str]:
     return table, components_line(runs) if runs else "no runs yet"
 
 
+def missing_components(profile: str, root: Path = ROOT) -> list[str]:
+    """The component paths the study's records decoded that this machine holds no copy of (not in
+    the cache, not kept in git): a rerun's jobs, restricted to the benchmark rule, need them
+    retrained first (docs/study.md)."""
+    results = root / load_profile(None, profile).results_root
+    paths = set()
+    for f in sorted((results / "cross" / "raw").glob("study_*.jsonl")):
+        paths |= set(decoded_components(read_jsonl(f)))
+    return sorted(p for p in paths if weights_status.local_copy(p, profile, root) is None)
+
+
 def next_commands(table: pd.DataFrame, profile: str, results_root: str) -> list[str]:
     """The command of each dataset left, one job each (run alone on the machine): a partial run
     resumes, a stale one is forced (its record exists, so Snakemake would not remake it). Put the
@@ -129,6 +140,10 @@ def main(argv=None) -> None:
     print(f"components: {comps}")
     for line in next_commands(table, args.profile, load_profile(None, args.profile).results_root):
         print(line)
+    if (table.state != "done").any() and (missing := missing_components(args.profile)):
+        print("not on this machine (neither in the cache nor kept in git): " + ", ".join(missing)
+              + "; the jobs above build REST's datastore themselves (rule rest_datastore), the trained "
+              "components are retrained first (docs/study.md)")
     done = int((table.state == "done").sum())
     old_weights = int(table.state.str.startswith("stale: weights").sum())
     if done + old_weights < len(table):
