@@ -95,6 +95,43 @@ def _rss() -> int:
         return psutil.Process().memory_info().rss
 
 
+def available_memory() -> int | None:
+    """Bytes the OS can still give this process without swapping (``MemAvailable`` of
+    ``/proc/meminfo``; psutil elsewhere); None where neither says."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil  # only off Linux (no /proc)
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return None
+
+
+# Left free beside a large allocation: what the rest of a run (a training step, an evaluation)
+# still allocates after it.
+MEMORY_MARGIN = 1 << 30
+
+
+def check_fits(nbytes: int, what: str, hint: str, available: int | None = None) -> None:
+    """UserError before allocating ``nbytes`` for ``what`` when this machine cannot hold them
+    (beside :data:`MEMORY_MARGIN`): a run that would fill the memory after half an hour of work
+    is killed by the OS with nothing said; this says it at once, and ``hint`` how to make it
+    smaller. ``available``: bytes free (default :func:`available_memory`; unknown: not checked)."""
+    from .errors import UserError  # here: this module also loads on its own, outside the package
+
+    free = available_memory() if available is None else available
+    if free is not None and nbytes + MEMORY_MARGIN > free:
+        gib = 1 << 30
+        raise UserError(f"{what} need {nbytes / gib:.1f} GiB and this machine has {free / gib:.1f} GiB available "
+                        f"(keeping {MEMORY_MARGIN / gib:.0f} GiB free beside them); valid: {hint}")
+
+
 @functools.lru_cache(maxsize=1)
 def _malloc_trim():
     """glibc's ``malloc_trim``, or None where the C library is not glibc (musl, macOS)."""

@@ -35,6 +35,7 @@ from .checkpoints import fingerprint
 from .errors import UserError, check_layers, check_range, cli_main
 from .fast import PackedLinear, pack_linears
 from .forward import final_norm, layer_states, num_layers
+from .hardware import check_fits
 from .records import read_jsonl, write_json, write_jsonl
 from .reduced_head import frequency_order, write_draft_vocab
 from .teacher import TeacherData
@@ -238,7 +239,13 @@ def layer_inputs(model, data: TeacherData, layers: list[int], batch_size: int = 
     keep = torch.arange(data.n_tokens) if positions is None else positions.long()
     row = torch.full((data.n_tokens,), -1, dtype=torch.long)
     row[keep] = torch.arange(keep.numel())
-    out = torch.empty(len(layers), keep.numel(), model.config.hidden_size, dtype=dtype)
+    shape = (len(layers), keep.numel(), model.config.hidden_size)
+    # before the pass, not half an hour into it: torch.empty commits no pages, so an allocation
+    # too large for the machine only fails (the OS kills the run) once the pass has filled most
+    check_fits(shape[0] * shape[1] * shape[2] * dtype.itemsize,
+               f"the layer states ({len(layers)} layers x {shape[1]:,} positions x {shape[2]} x {dtype.itemsize} bytes)",
+               "fewer positions (a trainer's per_sequence, or a smaller corpus) or fewer layers")
+    out = torch.empty(*shape, dtype=dtype)
     order = [s for s in sorted(range(len(data)), key=lambda s: data.span(s)[1] - data.span(s)[0])
              if bool((row[slice(*data.span(s))] >= 0).any())]
     for i in tqdm(range(0, len(order), batch_size), desc=f"layer states {list(layers)}"[:60], unit="batch",

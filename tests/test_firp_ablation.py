@@ -126,6 +126,23 @@ def teacher(chaotic_llama):
             "heldout": teacher_pass(chaotic_llama, seqs(2, 50), 4, 2)}
 
 
+def test_layer_states_too_large_for_the_machine_are_refused_before_the_pass(chaotic_llama, teacher, monkeypatch):
+    """A states cache larger than the memory available is one UserError naming its size and how
+    to shrink it, before any forward runs (the OS would otherwise kill the run late in its pass)."""
+    from common import hardware
+    from common.errors import UserError
+    from common.medusa import layer_inputs
+
+    data = teacher["heldout"]
+    monkeypatch.setattr(hardware, "available_memory", lambda: hardware.MEMORY_MARGIN + 1000)
+    monkeypatch.setattr("common.medusa.layer_states", lambda *a, **k: pytest.fail("the pass ran"))
+    with pytest.raises(UserError, match=r"layer states \(2 layers x [\d,]+ positions x \d+ x 2 bytes\).*per_sequence"):
+        layer_inputs(chaotic_llama, data, [1, 3])
+    monkeypatch.undo()
+    monkeypatch.setattr(hardware, "available_memory", lambda: None)   # unknown: not checked
+    assert layer_inputs(chaotic_llama, data, [1]).shape[0] == 1
+
+
 def test_early_exit_states_are_the_layer_they_name(chaotic_llama, teacher):
     """layer_inputs(l) is the final norm of the state entering layer l: equal to the model's own
     hidden_states[l] normed, unmoved by a change to layer l or above, moved by one below."""

@@ -157,3 +157,14 @@ def test_a_decode_wall_time_reads_the_device_clock_at_both_ends(monkeypatch, tin
     monkeypatch.setattr(base, "device_clock", lambda d: seen.append(torch.device(d)) or float(len(seen)))
     out = get_decoder("vanilla", tiny).generate(torch.tensor([[1, 2, 3]]), 4)
     assert seen == [torch.device("cpu")] * 2 and out.stats["wall_time"] == 1.0
+
+
+def test_check_fits_refuses_what_the_machine_cannot_hold():
+    from common.errors import UserError
+
+    gib = 1 << 30
+    hardware.check_fits(2 * gib, "states", "fewer", available=4 * gib)   # fits beside the margin
+    with pytest.raises(UserError, match=r"states need 3\.5 GiB and this machine has 4\.0 GiB available.*valid: fewer"):
+        hardware.check_fits(int(3.5 * gib), "states", "fewer", available=4 * gib)
+    avail = hardware.available_memory()
+    assert avail is None or 0 < avail <= 1 << 50
