@@ -207,7 +207,8 @@ def weights_status(runs: dict[str, list[dict]], committed: dict[str, float],
     rows = []
     for path in paths:
         users = [n for n in per_run if path in per_run[n]]
-        if path in now:
+        from_record = path not in now   # the reference is one of the runs' own weights
+        if not from_record:
             ref, where = now[path]
         else:
             newest = max(users, key=lambda n: committed.get(n, float("-inf")))
@@ -217,7 +218,7 @@ def weights_status(runs: dict[str, list[dict]], committed: dict[str, float],
             decoded = set().union(*per_run[name][path].values())
             added = {earlier.get(path, {}).get(d) for d in decoded} - {None}
             note = ""
-            if ref is None or (where.startswith("newest") and len(users) == 1):
+            if ref is None or (from_record and len(users) == 1):
                 state = "unchecked"
             elif decoded == {ref}:
                 state = "current"
