@@ -66,6 +66,11 @@ def test_every_rule_declares_resources(slurm_plan):
         # timing rules never share a node (locally they take every core: rules/common.smk)
         if re.search(r"-m common\.(bench|cost) ", cmd) and profile in TIMED:
             assert res.get("slurm_extra") == "--exclusive", f"{profile}: timing rule {rule} is not exclusive"
+        # a job that shares the cores asks for every thread its command runs (two jobs each
+        # running more threads than they asked for slow each other several times over)
+        threads = re.search(r"--threads (\d+)", cmd)
+        if threads and res.get("slurm_extra") != "--exclusive":
+            assert int(res["cpus_per_task"]) >= int(threads.group(1)), f"{profile}: rule {rule} runs more threads than it asks for"
 
 
 def test_commands_exist_and_name_registered_models(slurm_plan):
