@@ -48,3 +48,76 @@ def test_unfinished_or_missing_is_one_error(tmp_path, monkeypatch, capsys):
         tool.keep("pkg", ["nothing"], "embedded", root=tmp_path)
     assert tool.main(["restore", "nopkg"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def _whole_model(tmp_path, monkeypatch):
+    """A converted tiny base model and a 2-layer draft cut from it with trained layers, in the
+    cache as rule distill_draft leaves one (model/, stats.json, the training checkpoint)."""
+    from common.draft import truncated_copy
+    from common.models import checkpoint_dir, tiny_llama
+
+    monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))
+    base = tiny_llama(seed=3, layers=4, vocab=512, hidden=64)
+    base.save_pretrained(checkpoint_dir("tiny-base"))
+    draft = truncated_copy(base, 2)
+    with torch.no_grad():
+        for n, p in draft.named_parameters():
+            if n.startswith("model.layers") or n.startswith("model.norm"):
+                p.add_(0.01 * torch.randn_like(p))  # what training changes; the embedding stays the base's
+    comp = tmp_path / "cache" / "components" / "embedded" / "draft"
+    draft.save_pretrained(comp / "model")
+    (comp / "model" / "chat_template.jinja").write_text("{{ messages }}")
+    (comp / "stats.json").write_text('{"steps": 3}')
+    torch.save({"module": draft.state_dict(), "optimizer": {}}, comp / "train.pt")
+    return comp
+
+
+def test_whole_model_kept_without_the_base_tensors_and_rebuilt_byte_for_byte(tmp_path, monkeypatch):
+    from common.records import content_digest
+    from common.weights_delta import kept_digest
+
+    comp = _whole_model(tmp_path, monkeypatch)
+    weights = (comp / "model" / "model.safetensors").read_bytes()
+    digest = content_digest(comp / "model")
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base")
+    kept = tmp_path / "results" / "pkg" / "checkpoints" / "embedded" / "draft"
+    assert not (kept / "model" / "model.safetensors").exists() and not (kept / "train.pt").exists()
+    delta = kept / "model" / "model.safetensors.delta"
+    # the embedding (512 x 64 of fp32) is the base's: the delta holds the layers and the norm only
+    assert delta.stat().st_size < len(weights) - 512 * 64 * 4 + 4096
+    assert kept_digest(kept / "model") == digest  # what records name, read off the kept copy
+    assert (kept / "stats.json").is_file() and (kept / "model" / "chat_template.jinja").is_file()
+
+    import shutil
+    shutil.rmtree(comp)
+    tool.restore("pkg", "embedded", root=tmp_path)
+    assert (comp / "model" / "model.safetensors").read_bytes() == weights
+    assert content_digest(comp / "model") == digest
+    assert not list(comp.rglob("*.delta*")) and not list(comp.rglob("*.partial"))
+
+
+def test_whole_model_against_another_base_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    from common.models import checkpoint_dir, tiny_llama
+
+    comp = _whole_model(tmp_path, monkeypatch)
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base")
+    import shutil
+    shutil.rmtree(comp)
+    tiny_llama(seed=4, layers=4, vocab=512, hidden=64).save_pretrained(checkpoint_dir("tiny-base"))  # another model
+    with pytest.raises(tool.UserError, match="does not hold the tensor model.embed_tokens.weight"):
+        tool.restore("pkg", "embedded", root=tmp_path)
+    assert not (comp / "model" / "model.safetensors").exists() and not list(comp.rglob("*.partial"))
+
+
+def test_truncated_delta_is_one_error_and_no_base_is_named(tmp_path, monkeypatch, capsys):
+    comp = _whole_model(tmp_path, monkeypatch)
+    with pytest.raises(tool.UserError, match="base model nothing-here is not converted"):
+        tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="nothing-here")
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base")
+    delta = tmp_path / "results" / "pkg" / "checkpoints" / "embedded" / "draft" / "model" / "model.safetensors.delta"
+    delta.write_bytes(delta.read_bytes()[:-100])
+    import shutil
+    shutil.rmtree(comp)
+    with pytest.raises(tool.UserError, match="truncated"):
+        tool.restore("pkg", "embedded", root=tmp_path)
+    assert not (comp / "model" / "model.safetensors").exists()

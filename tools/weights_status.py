@@ -35,6 +35,7 @@ from common.config import load_profile  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import NOT_DECODED, content_digest, read_jsonl  # noqa: E402
 from common.report import decoded_components, weights_status  # noqa: E402
+from common.weights_delta import kept_digest  # noqa: E402
 
 
 def benchmark_runs(results: Path, root: Path = ROOT) -> dict[str, list[dict]]:
@@ -74,7 +75,7 @@ def local_copy(path: str, profile: str, root: Path = ROOT) -> tuple[Path, str] |
 def earlier_digests(folder: Path) -> dict[str, str]:
     """``{digest of the folder without one of its files: that file}``: what a record that decoded
     the folder before the file was added to it (Medusa's ``draft_vocab.json``) names."""
-    if not folder.is_dir():
+    if not folder.is_dir() or kept_digest(folder) != content_digest(folder):  # a kept delta: no files to leave out
         return {}
     files = [f for f in sorted(folder.rglob("*")) if f.is_file() and not any(f.match(g) for g in NOT_DECODED)]
     return {content_digest(folder, without=(str(f.relative_to(folder)),)): str(f.relative_to(folder))
@@ -92,7 +93,7 @@ def status(profile: str, root: Path = ROOT) -> pd.DataFrame:
     now, earlier = {}, {}
     for path, digests in decoded.items():
         if (copy := local_copy(path, profile, root)) is not None:
-            now[path] = (content_digest(copy[0]), copy[1])
+            now[path] = (kept_digest(copy[0]), copy[1])  # a kept model folder: the digest of what it rebuilds
             if digests - {now[path][0]}:  # only then can an added file explain a difference
                 earlier[path] = earlier_digests(copy[0])
     return weights_status(runs, committed_at(runs, root), now, earlier)
