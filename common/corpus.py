@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from tqdm import tqdm
 
 from .errors import UserError, check_range
 from .fast import cast_copy
+from .hardware import bf16_note
 from .paths import atomic_write
 
 MANIFEST = "corpus.json"
@@ -263,6 +265,8 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
 
     gen = model if recipe.gen_dtype == str(model.dtype).replace("torch.", "") else \
         cast_copy(model, getattr(torch, recipe.gen_dtype))
+    if gen is not model and (note := bf16_note(recipe.gen_dtype, str(model.device))):
+        print(note, file=sys.stderr)
     have = sum(s["answer_tokens"] for s in manifest["shards"])
     n_shards = (total_prompts - recipe.heldout) // recipe.shard_prompts  # whole shards only
     goal = tokens if tokens is not None else n_shards * recipe.shard_prompts * recipe.answer_tokens

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -49,7 +50,7 @@ from .checks import check_device
 from .data import load_dataset_samples
 from .errors import UserError, check_range, cli_main
 from .fast import cast_copy
-from .hardware import code_version, provenance
+from .hardware import bf16_note, code_version, provenance
 from .models import load_model
 from .paths import atomic_write
 from .prompts import encode_prompt
@@ -296,6 +297,8 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
     wall["heldout_pass"] += w
     same = getattr(torch, pass_dtype) == model.dtype
     runner = model if same else None
+    if not same and (note := bf16_note(pass_dtype, str(model.device))):
+        print(note, file=sys.stderr)
     train = []
     for s in tqdm(chosen, desc=f"teacher pass ({len(chosen)} corpus shards, {pass_dtype})", unit="shard"):
         tag = f"k{topk}{cut}.{pass_dtype}"
