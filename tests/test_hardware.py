@@ -184,3 +184,22 @@ def test_bf16_note_only_where_the_cpu_has_no_bf16_units():
     assert bf16_note("float32", "cpu", ZEN3) is None             # not a bf16 pass
     assert bf16_note("bfloat16", "cuda:0", ZEN3) is None         # the GPU computes it
     assert bf16_note("bfloat16", "cpu", "processor\t: 0\n") is None  # unknown: no claim
+
+
+def test_collect_garbage_freezes_once_and_still_collects_cycles_made_after():
+    import gc
+    import weakref
+
+    hardware.collect_garbage()
+    assert gc.get_freeze_count() > 0  # the heap alive at the first call is out of the collector's view
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle: only the collector frees it
+    gone = weakref.ref(a)
+    del a, b
+    with PeakMemory():  # the block's entry collects
+        pass
+    assert gone() is None
