@@ -99,6 +99,33 @@ def test_the_tool_finds_the_kept_copy_and_the_cache(tmp_path, monkeypatch):
     assert set(t.state) == {"stale"} and all(r.endswith("(cache)") for r in t.reference)
 
 
+def test_a_whole_model_kept_as_a_delta_is_the_model_it_was_kept_from(tmp_path, monkeypatch):
+    """tools/checkpoints.py keeps a draft's model/ folder as a delta against the base model; its
+    digest is the original folder's, read off the manifest (the delta's bytes are not the model's)."""
+    from common.draft import truncated_copy
+    from common.models import checkpoint_dir, tiny_llama
+    from common.weights_delta import split
+
+    raw, _ = _profile_tree(tmp_path, monkeypatch)
+    comp = ".cache/components/smoke/draft/model"
+    base = tiny_llama(seed=1, layers=3, vocab=128, hidden=32)
+    base.save_pretrained(checkpoint_dir("tiny-base"))
+    model = tmp_path / "orig"
+    truncated_copy(base, 1).save_pretrained(model)
+    digest = content_digest(model)
+    kept = tmp_path / "results" / "cross" / "checkpoints" / "smoke" / "draft" / "model"
+    kept.mkdir(parents=True)
+    (kept / "config.json").write_bytes((model / "config.json").read_bytes())
+    (kept / "generation_config.json").write_bytes((model / "generation_config.json").read_bytes())
+    split(model / "model.safetensors", checkpoint_dir("tiny-base") / "model.safetensors",
+          kept / "model.safetensors.delta", "tiny-base", extra={"folder_digest": digest})
+    _write(raw / "bench_speculative.jsonl", [_rec("speculative", comp, digest, "draft")])
+    _write(raw / "bench_older.jsonl", [_rec("speculative", comp, "0123456789abcdef", "draft")])
+    t = tool.status("smoke", root=tmp_path).set_index("run")
+    assert t.loc[".cache/smoke/results/cross/raw/bench_speculative.jsonl", "state"] == "current"
+    assert t.loc[".cache/smoke/results/cross/raw/bench_older.jsonl", "state"] == "stale"
+
+
 def test_study_status_reruns_a_dataset_that_decoded_older_weights(tmp_path, monkeypatch):
     import study_status
 
