@@ -143,7 +143,8 @@ def main(argv=None) -> None:
     if (table.state != "done").any() and (missing := missing_components(args.profile)):
         print("not on this machine (neither in the cache nor kept in git): " + ", ".join(missing)
               + "; the jobs above build REST's datastore themselves (rule rest_datastore), the trained "
-              "components are retrained first (docs/study.md)")
+              "components are retrained first and kept (docs/study.md, step 1: tools/checkpoints.py keep cross "
+              "draft bild_small_aligned), so no later session retrains them")
     done = int((table.state == "done").sum())
     old_weights = int(table.state.str.startswith("stale: weights").sum())
     if done + old_weights < len(table):
