@@ -24,6 +24,7 @@ On CUDA the packed linears are skipped (cuBLAS needs no repacking).
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 from torch import nn
@@ -36,6 +37,20 @@ ATTENTION = "sdpa_gqa"
 
 
 # -- prepacked linear layers -----------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def packable(dtype: torch.dtype) -> bool:
+    """Whether oneDNN can prepack a weight of ``dtype`` on this CPU: fp32 always; bf16 and fp16
+    only where the CPU has the instructions (``torch.ops.mkldnn._is_mkldnn_bf16_supported``: an
+    AMD EPYC of family 25, AVX2 without AVX-512, has none, and the reorder raises there)."""
+    if dtype == torch.float32:
+        return True
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype == torch.float16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return False
+
+
 class PackedLinear(nn.Module):
     """``nn.Linear`` whose forward uses a oneDNN-prepacked copy of its weight (inference only).
 
@@ -43,7 +58,8 @@ class PackedLinear(nn.Module):
     reads them (tied embeddings, heads initialised from the LM head) is unaffected. The packed
     copy is made once (the layout oneDNN's inductor path uses, for a batch hint of ``HINT`` rows:
     measured on the 2-core CPU, any hint >= 2 serves 1..64 rows alike, a hint of 1 is up to
-    1.7x slower at 16 rows) and remade if the weight changes. With autograd recording, the
+    1.7x slower at 16 rows) and remade if the weight changes. With autograd recording, or in a
+    dtype this CPU cannot pack (:func:`packable`: a bf16 copy on a CPU without bf16 units), the
     dense path runs instead.
     """
 
@@ -54,7 +70,8 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self._packed, self._key = None, None
-        self.packed_weight()
+        if packable(self.weight.dtype):
+            self.packed_weight()
 
     def packed_weight(self) -> torch.Tensor:
         """The packed copy, remade whenever the dense weight changed (an in-place edit bumps its
@@ -69,8 +86,10 @@ class PackedLinear(nn.Module):
         return {**self.__dict__, "_packed": None, "_key": None}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) or x.device.type != "cpu":
-            # training (the differentiable path), or the module was moved off the CPU after packing
+        if ((torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) or x.device.type != "cpu"
+                or not packable(self.weight.dtype)):
+            # training (the differentiable path), the module was moved off the CPU after packing,
+            # or cast to a dtype this CPU's oneDNN cannot pack
             return nn.functional.linear(x, self.weight, self.bias)
         shape = x.shape
         flat = x.reshape(-1, shape[-1]).contiguous()

@@ -9,7 +9,7 @@ from transformers import DynamicCache
 
 from common.cache import accept_path, crop_to, keep_positions, seq_length
 from common.decoders.speculative import perturbed_copy
-from common.fast import ATTENTION, GrowingLayer, PackedLinear, accelerate, new_cache, stock_copy
+from common.fast import ATTENTION, GrowingLayer, PackedLinear, accelerate, new_cache, pack_linears, stock_copy
 from common.target import make_target
 from common.tree import build_tree
 
@@ -57,6 +57,37 @@ def test_packed_linear_trains_through_the_dense_path():
     x = torch.randn(3, 8, requires_grad=True)
     packed(x).sum().backward()
     assert x.grad is not None and lin.weight.grad is not None
+
+
+def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_dense(monkeypatch):
+    """An AMD EPYC of family 25 (AVX2, no AVX-512) cannot reorder a bf16 weight for oneDNN: the
+    reorder raises there, and the smoke DAG's bf16 corpus pass (cast_copy of a packed model)
+    died on it. Simulated here on any CPU: the support check says no and the reorder raises."""
+    from common import fast as fast_mod
+
+    def no_bf16_reorder(w, hint):
+        if w.dtype != torch.float32:
+            raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert")
+        return real(w, hint)
+
+    real = torch.ops.mkldnn._reorder_linear_weight
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", no_bf16_reorder)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    fast_mod.packable.cache_clear()
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 8))
+        pack_linears(model)
+        bf16 = fast_mod.cast_copy(model, torch.bfloat16)
+        x = torch.randn(3, 16, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            y = bf16(x)
+        ref = torch.nn.functional.linear(x, bf16[0].weight, bf16[0].bias)
+        assert y.dtype == torch.bfloat16 and torch.equal(y, ref)
+        with torch.inference_mode():  # fp32 still packs
+            assert torch.allclose(model(x.float()), torch.nn.functional.linear(x.float(), model[0].weight, model[0].bias), atol=1e-5)
+    finally:
+        fast_mod.packable.cache_clear()
 
 
 def _verify(model, tree, tokens, past):
