@@ -47,7 +47,7 @@ from tqdm import tqdm
 from .errors import UserError, check_range
 from .fast import cast_copy
 from .hardware import bf16_note
-from .paths import atomic_write
+from .paths import atomic_write, file_sha256
 
 MANIFEST = "corpus.json"
 HELDOUT = "heldout.npz"
@@ -118,14 +118,6 @@ def tokenizer_identity(tokenizer) -> str:
 
 
 # -- files ------------------------------------------------------------------------------------
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_shard(path: Path, shard: Shard) -> None:
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
@@ -139,7 +131,7 @@ def read_shard(path: Path, sha256: str | None = None) -> Shard:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"corpus shard {path} is missing; run the corpus build again to regenerate it")
-    if sha256 is not None and _file_sha(path) != sha256:
+    if sha256 is not None and file_sha256(path) != sha256:
         raise UserError(f"corpus shard {path} is truncated or altered (SHA-256 differs from the manifest); "
                         "delete it and run the corpus build again to regenerate it")
     try:
@@ -258,7 +250,7 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
         t = time.perf_counter()
         shard = make_shard(model, prompts(0, recipe.heldout), 0, recipe.answer_tokens, recipe.eos, recipe.batch_size)
         write_shard(out / HELDOUT, shard)
-        manifest["heldout"] = {"file": HELDOUT, "sha256": _file_sha(out / HELDOUT), "sequences": len(shard),
+        manifest["heldout"] = {"file": HELDOUT, "sha256": file_sha256(out / HELDOUT), "sequences": len(shard),
                                "answer_tokens": shard.answer_tokens, "dtype": str(model.dtype).replace("torch.", ""),
                                "wall_s": round(time.perf_counter() - t, 2)}
         write_manifest(out, manifest)
@@ -282,7 +274,7 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
         name = f"shard-{k:05d}.npz"
         write_shard(out / name, shard)
         wall = time.perf_counter() - t
-        manifest["shards"].append({"file": name, "sha256": _file_sha(out / name), "sequences": len(shard),
+        manifest["shards"].append({"file": name, "sha256": file_sha256(out / name), "sequences": len(shard),
                                    "first_prompt": start, "answer_tokens": shard.answer_tokens,
                                    "wall_s": round(wall, 2),
                                    "answer_tok_s": round(shard.answer_tokens / max(wall, 1e-9), 1)})

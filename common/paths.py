@@ -7,6 +7,7 @@ the workflow all name these folders, so they live apart from model loading.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from pathlib import Path
 from typing import Callable
@@ -42,3 +43,12 @@ def atomic_write(path: Path, write: Callable[[Path], None], keep: str = "the fil
             raise UserError(f"disk full while writing {path}; {keep} stay valid, free space and run again "
                             "to continue") from e
         raise
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in 1 MiB blocks (shards, kept weights)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

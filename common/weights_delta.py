@@ -23,6 +23,7 @@ import struct
 from pathlib import Path
 
 from .errors import UserError
+from .paths import file_sha256
 
 FORMAT = 1
 
@@ -58,14 +59,6 @@ def _read(f, start: int, info: dict) -> bytes:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _write_safetensors(path: Path, tensors: dict[str, tuple[dict, bytes]]) -> None:
