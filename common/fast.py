@@ -24,7 +24,6 @@ On CUDA the packed linears are skipped (cuBLAS needs no repacking).
 from __future__ import annotations
 
 import copy
-import functools
 
 import torch
 from torch import nn
@@ -33,24 +32,12 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .hardware import cpu_supports
+
 ATTENTION = "sdpa_gqa"
 
 
 # -- prepacked linear layers -----------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def packable(dtype: torch.dtype) -> bool:
-    """Whether oneDNN can prepack a weight of ``dtype`` on this CPU: fp32 always; bf16 and fp16
-    only where the CPU has the instructions (``torch.ops.mkldnn._is_mkldnn_bf16_supported``: an
-    AMD EPYC of family 25, AVX2 without AVX-512, has none, and the reorder raises there)."""
-    if dtype == torch.float32:
-        return True
-    if dtype == torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    if dtype == torch.float16:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return False
-
-
 class PackedLinear(nn.Module):
     """``nn.Linear`` whose forward uses a oneDNN-prepacked copy of its weight (inference only).
 
@@ -59,7 +46,8 @@ class PackedLinear(nn.Module):
     copy is made once (the layout oneDNN's inductor path uses, for a batch hint of ``HINT`` rows:
     measured on the 2-core CPU, any hint >= 2 serves 1..64 rows alike, a hint of 1 is up to
     1.7x slower at 16 rows) and remade if the weight changes. With autograd recording, or in a
-    dtype this CPU cannot pack (:func:`packable`: a bf16 copy on a CPU without bf16 units), the
+    dtype this CPU cannot pack (:func:`common.hardware.cpu_supports`: a bf16 copy on a CPU without
+    bf16 units), the
     dense path runs instead.
     """
 
@@ -70,7 +58,7 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self._packed, self._key = None, None
-        if packable(self.weight.dtype):
+        if cpu_supports(self.weight.dtype):
             self.packed_weight()
 
     def packed_weight(self) -> torch.Tensor:
@@ -87,7 +75,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if ((torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) or x.device.type != "cpu"
-                or not packable(self.weight.dtype)):
+                or not cpu_supports(self.weight.dtype)):
             # training (the differentiable path), the module was moved off the CPU after packing,
             # or cast to a dtype this CPU's oneDNN cannot pack
             return nn.functional.linear(x, self.weight, self.bias)

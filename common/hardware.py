@@ -57,35 +57,30 @@ def cpu_name(cpuinfo: str) -> str | None:
     return name
 
 
-# CPU flags of instructions that compute in bfloat16 (x86: AVX-512 BF16, AMX; Arm: BF16)
-BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+@functools.lru_cache(maxsize=None)
+def cpu_supports(dtype: torch.dtype) -> bool:
+    """Whether this CPU's oneDNN has kernels for ``dtype``: fp32 always; bf16 and fp16 only where
+    the CPU has the instructions (torch's own check, ``torch.ops.mkldnn._is_mkldnn_bf16_supported``
+    / ``_fp16_``). Without them oneDNN refuses to prepack such a weight (``common.fast``), and
+    PyTorch's dense bf16 kernels convert to fp32 and back around every op: on an AMD EPYC of
+    family 25 (AVX2, no AVX-512) the bf16 teacher pass ran several times slower than fp32
+    (docs/operations.md)."""
+    if dtype == torch.float32:
+        return True
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype == torch.float16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return False
 
 
-def native_bf16(cpuinfo: str | None = None) -> bool | None:
-    """Whether the CPU computes bfloat16 matmuls in hardware, from ``/proc/cpuinfo``'s flags
-    (None: unknown, no cpuinfo). Without such units PyTorch converts to fp32 and back around
-    every kernel, so a bf16 pass is slower than an fp32 one: on an AMD EPYC of family 25 (no
-    ``avx512_bf16``) the teacher pass ran several times slower in bf16 (docs/operations.md)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as fh:
-                cpuinfo = fh.read()
-        except OSError:
-            return None
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return bool(set(value.split()) & set(BF16_FLAGS))
-    return None
-
-
-def bf16_note(dtype: str, device: str = "cpu", cpuinfo: str | None = None) -> str | None:
-    """A ``note:`` line when a CPU pass in ``dtype`` = bfloat16 will run without bf16 units."""
-    if dtype != "bfloat16" or not str(device).startswith("cpu") or native_bf16(cpuinfo) is not False:
+def bf16_note(dtype: str, device: str = "cpu") -> str | None:
+    """A ``note:`` line when a CPU pass in ``dtype`` = bfloat16 will run without bf16 kernels."""
+    if dtype != "bfloat16" or not str(device).startswith("cpu") or cpu_supports(torch.bfloat16):
         return None
-    return ("note: this CPU has no bf16 instructions (none of " + ", ".join(BF16_FLAGS) + " in /proc/cpuinfo): "
-            "the bfloat16 pass is emulated and runs slower than float32 would here (docs/operations.md, wall "
-            "times); the recipe's dtype is kept, so its results match other hosts'")
+    return ("note: this CPU has no bf16 kernels (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False): the "
+            "bfloat16 pass is emulated and runs slower than float32 would here (docs/operations.md, wall times); "
+            "the recipe's dtype is kept, so its results match other hosts'")
 
 
 try:

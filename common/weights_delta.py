@@ -26,6 +26,8 @@ from .errors import UserError
 from .paths import file_sha256
 
 FORMAT = 1
+MODEL_FILE = "model.safetensors"  # what save_pretrained writes, and the decoders load
+DELTA = MODEL_FILE + ".delta"      # a kept model folder's weights, less what the base model holds
 
 
 def layout(path: Path) -> tuple[bytes, dict[str, dict], int]:
@@ -157,10 +159,10 @@ def join(delta_file: Path, base_file: Path, out_file: Path) -> None:
 
 def kept_digest(path: Path) -> str:
     """What a record names for a component copy at ``path`` (:func:`common.records.content_digest`):
-    a folder that holds a kept delta (``model.safetensors.delta`` and its manifest) counts as the
+    a folder that holds a kept delta (:data:`DELTA` and its manifest) counts as the
     folder it was kept from, whose digest the manifest recorded; anything else is digested as is."""
     from .records import content_digest
-    man = manifest_path(Path(path) / "model.safetensors.delta")
+    man = manifest_path(Path(path) / DELTA)
     if Path(path).is_dir() and man.is_file():
         digest = json.loads(man.read_text()).get("folder_digest")
         if digest:

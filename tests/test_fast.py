@@ -64,6 +64,7 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_dense(monkeypatch):
     reorder raises there, and the smoke DAG's bf16 corpus pass (cast_copy of a packed model)
     died on it. Simulated here on any CPU: the support check says no and the reorder raises."""
     from common import fast as fast_mod
+    from common.hardware import cpu_supports
 
     def no_bf16_reorder(w, hint):
         if w.dtype != torch.float32:
@@ -73,7 +74,7 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_dense(monkeypatch):
     real = torch.ops.mkldnn._reorder_linear_weight
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", no_bf16_reorder)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    fast_mod.packable.cache_clear()
+    cpu_supports.cache_clear()
     try:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 8))
@@ -87,7 +88,7 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_dense(monkeypatch):
         with torch.inference_mode():  # fp32 still packs
             assert torch.allclose(model(x.float()), torch.nn.functional.linear(x.float(), model[0].weight, model[0].bias), atol=1e-5)
     finally:
-        fast_mod.packable.cache_clear()
+        cpu_supports.cache_clear()
 
 
 def _verify(model, tree, tokens, past):

@@ -170,20 +170,23 @@ def test_check_fits_refuses_what_the_machine_cannot_hold():
     assert avail is None or 0 < avail <= 1 << 50
 
 
-ZEN3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 fma avx512f\n"
-ZEN5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+def test_bf16_note_only_where_the_cpu_has_no_bf16_kernels(monkeypatch):
+    from common.hardware import bf16_note, cpu_supports
 
-
-def test_bf16_note_only_where_the_cpu_has_no_bf16_units():
-    from common.hardware import bf16_note, native_bf16
-
-    assert native_bf16(ZEN3) is False and native_bf16(ZEN5) is True and native_bf16("processor\t: 0\n") is None
-    note = bf16_note("bfloat16", "cpu", ZEN3)
-    assert note.startswith("note: ") and "\n" not in note
-    assert bf16_note("bfloat16", "cpu", ZEN5) is None            # native: nothing to say
-    assert bf16_note("float32", "cpu", ZEN3) is None             # not a bf16 pass
-    assert bf16_note("bfloat16", "cuda:0", ZEN3) is None         # the GPU computes it
-    assert bf16_note("bfloat16", "cpu", "processor\t: 0\n") is None  # unknown: no claim
+    for supported in (False, True):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: supported)
+        cpu_supports.cache_clear()
+        try:
+            assert cpu_supports(torch.float32) and cpu_supports(torch.bfloat16) is supported
+            note = bf16_note("bfloat16", "cpu")
+            if supported:
+                assert note is None                                  # native: nothing to say
+            else:
+                assert note.startswith("note: ") and "\n" not in note
+            assert bf16_note("float32", "cpu") is None               # not a bf16 pass
+            assert bf16_note("bfloat16", "cuda:0") is None           # the GPU computes it
+        finally:
+            cpu_supports.cache_clear()
 
 
 def test_collect_garbage_freezes_once_and_still_collects_cycles_made_after():

@@ -39,13 +39,11 @@ from common.errors import UserError  # noqa: E402
 from common.models import cache_root, checkpoint_dir  # noqa: E402
 from common.records import content_digest  # noqa: E402
 from common.training import read_trained  # noqa: E402
-from common.weights_delta import join, manifest_path, split  # noqa: E402
+from common.weights_delta import DELTA, MODEL_FILE, join, manifest_path, split  # noqa: E402
 
 # what only a resumed run reads: the optimizer's state, and (restore_best) the best evaluation's
 # weights and the last step's, which a finished checkpoint's "module" already publishes one of
 RUN_STATE = ("optimizer", "scheduler", "best", "last_module")
-MODEL_FILE = "model.safetensors"
-DELTA = MODEL_FILE + ".delta"  # a kept model folder's weights, less what the base model holds
 
 
 def kept_dir(package: str, profile: str, root: Path = ROOT) -> Path:
