@@ -62,9 +62,9 @@ def cpu_supports(dtype: torch.dtype) -> bool:
     """Whether this CPU's oneDNN has kernels for ``dtype``: fp32 always; bf16 and fp16 only where
     the CPU has the instructions (torch's own check, ``torch.ops.mkldnn._is_mkldnn_bf16_supported``
     / ``_fp16_``). Without them oneDNN refuses to prepack such a weight (``common.fast``), and
-    PyTorch's dense bf16 kernels convert to fp32 and back around every op: on an AMD EPYC of
-    family 25 (AVX2, no AVX-512) the bf16 teacher pass ran several times slower than fp32
-    (docs/operations.md)."""
+    PyTorch's dense bf16 GEMM ran ~5x slower than fp32 on an AMD EPYC of family 25 (AVX2, no
+    AVX-512), so a bf16 copy runs its linears widened there (``common.fast.WidenedLinear``;
+    docs/operations.md)."""
     if dtype == torch.float32:
         return True
     if dtype == torch.bfloat16:
@@ -79,8 +79,8 @@ def bf16_note(dtype: str, device: str = "cpu") -> str | None:
     if dtype != "bfloat16" or not str(device).startswith("cpu") or cpu_supports(torch.bfloat16):
         return None
     return ("note: this CPU has no bf16 kernels (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False): the "
-            "bfloat16 pass is emulated and runs slower than float32 would here (docs/operations.md, wall times); "
-            "the recipe's dtype is kept, so its results match other hosts'")
+            "bfloat16 pass runs its linear layers on the fp32 units (bf16 operands widened exactly, fp32 sums, bf16 "
+            "results: common.fast.WidenedLinear), at about float32's speed; the recipe's dtype is kept")
 
 
 try:

@@ -59,10 +59,13 @@ def test_packed_linear_trains_through_the_dense_path():
     assert x.grad is not None and lin.weight.grad is not None
 
 
-def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_dense(monkeypatch):
-    """An AMD EPYC of family 25 (AVX2, no AVX-512) cannot reorder a bf16 weight for oneDNN: the
-    reorder raises there, and the smoke DAG's bf16 corpus pass (cast_copy of a packed model)
-    died on it. Simulated here on any CPU: the support check says no and the reorder raises."""
+def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_widened_bf16_arithmetic(monkeypatch):
+    """An AMD EPYC of family 25 (AVX2, no AVX-512) cannot reorder a bf16 weight for oneDNN (the
+    reorder raises: the smoke DAG's bf16 corpus pass died on it), and PyTorch's dense bf16 GEMM
+    there ran ~5x fp32's time. Simulated here on any CPU: the support check says no and the
+    reorder raises. The copy's linears must then compute bf16's arithmetic on the fp32 units:
+    the exactly widened operands' product, summed in fp32 and rounded to bf16, i.e. the float64
+    product rounded to bf16 but for the rare sum whose fp32 rounding crosses a bf16 boundary."""
     from common import fast as fast_mod
     from common.hardware import cpu_supports
 
@@ -77,16 +80,45 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_dense(monkeypatch):
     cpu_supports.cache_clear()
     try:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 8))
+        model = torch.nn.Sequential(torch.nn.Linear(256, 64), torch.nn.Linear(64, 64, bias=False))
         pack_linears(model)
         bf16 = fast_mod.cast_copy(model, torch.bfloat16)
-        x = torch.randn(3, 16, dtype=torch.bfloat16)
+        assert all(isinstance(m, fast_mod.WidenedLinear) for m in bf16)
+        assert bf16[0].weight.dtype == torch.bfloat16 and bf16[0].weight.data_ptr() != model[0].weight.data_ptr()
+        x = torch.randn(32, 256).to(torch.bfloat16)
         with torch.inference_mode():
-            y = bf16(x)
-        ref = torch.nn.functional.linear(x, bf16[0].weight, bf16[0].bias)
-        assert y.dtype == torch.bfloat16 and torch.equal(y, ref)
+            y = bf16[0](x)
+        exact = (x.double() @ bf16[0].weight.double().T + bf16[0].bias.double()).to(torch.bfloat16)
+        assert y.dtype == torch.bfloat16
+        same = (y == exact).float().mean().item()
+        ulp = (exact.float().abs() * 2.0 ** -7).clamp_min(1e-30)  # bf16 keeps 8 significant bits
+        assert same > 0.98 and bool(((y.float() - exact.float()).abs() <= ulp).all()), same
+        with torch.inference_mode():   # the whole copy runs, in bf16
+            assert bf16(x).dtype == torch.bfloat16
+        with torch.inference_mode():   # an in-place weight edit is seen (the fp32 copy is remade)
+            bf16[0].weight.mul_(2)
+            assert torch.equal(bf16[0](x), (x.float() @ bf16[0].weight.float().T + bf16[0].bias.float()).to(torch.bfloat16))
         with torch.inference_mode():  # fp32 still packs
-            assert torch.allclose(model(x.float()), torch.nn.functional.linear(x.float(), model[0].weight, model[0].bias), atol=1e-5)
+            assert torch.allclose(model(x.float()), model[1](torch.nn.functional.linear(
+                x.float(), model[0].weight, model[0].bias)), atol=1e-5)
+    finally:
+        cpu_supports.cache_clear()
+
+
+def test_a_bf16_copy_keeps_tied_weights_tied_when_widened(monkeypatch):
+    """The embedded model ties its LM head to the embedding: the widened head must read the
+    copy's embedding, not a detached duplicate."""
+    from common import fast as fast_mod
+    from common.hardware import cpu_supports
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    cpu_supports.cache_clear()
+    try:
+        emb, head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50, bias=False)
+        head.weight = emb.weight
+        bf16 = fast_mod.cast_copy(torch.nn.ModuleDict({"emb": emb, "head": head}), torch.bfloat16)
+        assert isinstance(bf16["head"], fast_mod.WidenedLinear)
+        assert bf16["head"].weight is bf16["emb"].weight
     finally:
         cpu_supports.cache_clear()
 
