@@ -46,9 +46,9 @@ class PackedLinear(nn.Module):
     copy is made once (the layout oneDNN's inductor path uses, for a batch hint of ``HINT`` rows:
     measured on the 2-core CPU, any hint >= 2 serves 1..64 rows alike, a hint of 1 is up to
     1.7x slower at 16 rows) and remade if the weight changes. With autograd recording, or in a
-    dtype this CPU cannot pack (:func:`common.hardware.cpu_supports`: a bf16 copy on a CPU without
-    bf16 units), the
-    dense path runs instead.
+    dtype this CPU cannot pack (:func:`common.hardware.cpu_supports`: bf16 on a CPU without bf16
+    units), the dense path runs instead; :func:`cast_copy` gives such a copy :class:`WidenedLinear`
+    layers instead.
     """
 
     HINT = 16
