@@ -64,6 +64,15 @@ def padded_batch(data: TeacherData, seqs: list[int], device) -> tuple[torch.Tens
     return ids.to(device), flat
 
 
+def position_logits(draft, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The draft's logits ``[P, V]`` at the ``P`` positions ``rows`` (``[B, T]`` bool) marks in
+    ``ids`` (``[B, T]``). The LM head runs on those rows only: in a shallow draft the 49 k-token
+    head is most of a step's work, and padding (and, for hard labels, every prompt position)
+    would otherwise pay for it, forward and backward."""
+    hidden = draft.model(input_ids=ids).last_hidden_state  # [B, T, H], after the final norm
+    return draft.lm_head(hidden[rows.to(hidden.device)])  # [P, V]
+
+
 def topk_targets(data: TeacherData, flat: torch.Tensor, temperature: float = 1.0, kept: torch.Tensor | None = None):
     """The teacher's top-k ids ``[P, k]`` and renormalised probabilities ``[P, k]`` at ``flat``;
     with ``kept`` (``[V]`` bool, a reduced head's vocabulary) renormalised over the kept ids only
@@ -88,7 +97,7 @@ def kl_loss(data: TeacherData, temperature: float = 1.0, kept: torch.Tensor | No
     def loss(draft, batch):
         ids, flat = padded_batch(data, batch, draft.device)
         ok = flat >= 0
-        logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1)  # [P, V]
+        logq = position_logits(draft, ids, ok).float().log_softmax(-1)  # [P, V]
         idx, p = topk_targets(data, flat[ok], temperature, kept)
         per = -(p.to(logq.device) * logq.gather(-1, idx.to(logq.device))).sum(-1)  # [P]
         if kept is None:
@@ -116,7 +125,7 @@ def hard_loss(data: TeacherData, labels: str, kept: torch.Tensor | None = None):
         ok[ok.clone()] = answer[flat[ok]]
         if kept is not None:  # a dropped label is the large model's to supply
             ok[ok.clone()] = kept[kind.at(data, flat[ok])]
-        logits = draft(input_ids=ids).logits[ok.to(draft.device)].float()
+        logits = position_logits(draft, ids, ok).float()
         f = flat[ok]
         y = kind.at(data, f)
         if not len(y):
@@ -142,7 +151,7 @@ def evaluate(draft, data: TeacherData, batch_size: int = 8, kept: torch.Tensor |
         ids, flat = padded_batch(data, list(range(i, min(i + batch_size, len(data)))), draft.device)
         ok = flat >= 0
         ok[ok.clone()] = answer[flat[ok]]
-        logq = draft(input_ids=ids).logits[ok.to(draft.device)].float().log_softmax(-1).cpu()
+        logq = position_logits(draft, ids, ok).float().log_softmax(-1).cpu()
         f = flat[ok]
         hits += float((logq.argmax(-1) == data.ids[f + 1].long()).sum())
         idx, p = topk_targets(data, f, kept=kept)

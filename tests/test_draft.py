@@ -5,7 +5,7 @@ import torch
 
 from common.decoders import get_decoder
 from decoding_checks import teacher_corpus
-from common.draft import distill, evaluate, truncated_copy
+from common.draft import distill, evaluate, position_logits, truncated_copy
 from common.errors import UserError
 from common.forward import embed, logits_from_hidden, run_layers
 from common.teacher import teacher_pass
@@ -21,6 +21,23 @@ def test_truncated_copy_is_the_first_layers(tiny):
     torch.testing.assert_close(draft(input_ids=ids).logits, ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(UserError, match="layers=4"):
         truncated_copy(tiny, 4)
+
+
+def test_position_logits_are_the_full_forwards_rows_and_their_gradients(tiny):
+    """The head runs on the marked rows only; logits and the gradients they send into the layers
+    are the full forward's at those rows."""
+    draft = truncated_copy(tiny, 2)
+    ids = torch.tensor([[1, 5, 9, 4, 7], [3, 2, 8, 0, 0]])
+    rows = torch.tensor([[True, True, False, True, True], [False, True, True, False, False]])
+    got = position_logits(draft, ids, rows)
+    full = draft(input_ids=ids).logits
+    assert got.shape == (int(rows.sum()), full.shape[-1])
+    torch.testing.assert_close(got, full[rows], atol=1e-5, rtol=1e-5)
+    w = draft.model.layers[0].mlp.down_proj.weight
+    g_rows, = torch.autograd.grad(got.log_softmax(-1)[:, 3].sum(), w)
+    g_full, = torch.autograd.grad(draft(input_ids=ids).logits[rows].log_softmax(-1)[:, 3].sum(), w)
+    torch.testing.assert_close(g_rows, g_full, atol=1e-5, rtol=1e-4)
+    assert position_logits(draft, ids, torch.zeros_like(rows)).shape == (0, full.shape[-1])
 
 
 def test_heldout_metrics_of_the_target_itself(chaotic_llama):
