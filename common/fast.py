@@ -130,29 +130,27 @@ class WidenedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, widened={self.weight.dtype}->fp32"
 
 
+def _replace_linears(module: nn.Module, kinds: tuple[type, ...], make) -> int:
+    """Replace every child of a type in ``kinds`` under ``module`` by ``make(child)``; returns the count."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if type(child) in kinds:
+            setattr(module, name, make(child))
+            count += 1
+        else:
+            count += _replace_linears(child, kinds, make)
+    return count
+
+
 def widen_linears(module: nn.Module) -> int:
     """Replace every linear under ``module`` (``nn.Linear`` or :class:`PackedLinear`) by a
     :class:`WidenedLinear`; returns the count."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if type(child) in (nn.Linear, PackedLinear):
-            setattr(module, name, WidenedLinear(child))
-            count += 1
-        else:
-            count += widen_linears(child)
-    return count
+    return _replace_linears(module, (nn.Linear, PackedLinear), WidenedLinear)
 
 
 def pack_linears(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` under ``module`` by a :class:`PackedLinear`; returns the count."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if type(child) is nn.Linear:
-            setattr(module, name, PackedLinear(child))
-            count += 1
-        else:
-            count += pack_linears(child)
-    return count
+    return _replace_linears(module, (nn.Linear,), PackedLinear)
 
 
 def pack_like(module: nn.Module, model) -> int:

@@ -97,7 +97,8 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_widened_bf16_arithmetic(mo
             assert bf16(x).dtype == torch.bfloat16
         with torch.inference_mode():   # an in-place weight edit is seen (the fp32 copy is remade)
             bf16[0].weight.mul_(2)
-            assert torch.equal(bf16[0](x), (x.float() @ bf16[0].weight.float().T + bf16[0].bias.float()).to(torch.bfloat16))
+            w, b = bf16[0].weight.float(), bf16[0].bias.float()
+            assert torch.equal(bf16[0](x), torch.nn.functional.linear(x.float(), w, b).to(torch.bfloat16))
         with torch.inference_mode():  # fp32 still packs
             assert torch.allclose(model(x.float()), model[1](torch.nn.functional.linear(
                 x.float(), model[0].weight, model[0].bias)), atol=1e-5)
