@@ -199,12 +199,13 @@ def from_text(model, tokenizer, corpus_dir: Path, parts: Path, sequences: int, m
         raise UserError(f"corpus {corpus_dir} has no held-out shard yet; valid: a corpus built by python -m common.corpus")
     parts.mkdir(parents=True, exist_ok=True)
     wall = {}
-    held, wall["heldout_pass"] = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
+    held, w = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
+    untimed = _timed(wall, "heldout_pass", w)
     t = time.perf_counter()
     train = text_only(corpus_text(tokenizer, manifest, sequences, max_len, max_prompt_tokens))
     wall["train_text"] = time.perf_counter() - t
     key = _text_key(model, manifest, sequences, max_len, max_prompt_tokens, topk)
-    return {"key": key, "train": train, "heldout": held, "wall_s": wall,
+    return {"key": key, "train": train, "heldout": held, "wall_s": wall, "untimed_parts": untimed,
             "corpus": {"dir": str(corpus_dir), "heldout_sequences": manifest["heldout"]["sequences"],
                        "text_skip": text_skip(manifest)}}
 
@@ -259,15 +260,26 @@ def _heldout_pass(model, manifest: dict, corpus_dir: Path, parts: Path, topk: in
 def _shard_pass(model, shard_meta: dict, corpus_dir: Path, parts: Path, tag: str, topk: int, batch_size: int,
                 max_prompt_tokens: int | None, desc: str) -> tuple[TeacherData, float]:
     """One shard's pass, read from ``parts`` when an earlier run finished it (same shard hash
-    and settings, in ``tag``); written there atomically otherwise. Returns it and the seconds spent."""
+    and settings, in ``tag``); written there atomically otherwise, with the seconds it took.
+    Returns it and those seconds: the pass's own time also when read back, so a resumed pass
+    states what the whole pass cost; None for a part written before parts kept their time."""
     path = parts / f"{Path(shard_meta['file']).stem}.{shard_meta['sha256'][:12]}.{tag}.pt"
     if path.is_file():
-        return TeacherData(**torch.load(path, weights_only=True)), 0.0
+        fields = torch.load(path, weights_only=True)
+        wall = fields.pop("wall_s", None)
+        return TeacherData(**fields), None if wall is None else float(wall)
     t = time.perf_counter()
     shard = corpus_mod.read_shard(corpus_dir / shard_meta["file"], shard_meta["sha256"])
     data = teacher_pass(model, shard_sequences(shard, max_prompt_tokens), topk, batch_size, desc=desc)
-    atomic_write(path, lambda tmp: torch.save(vars(data), tmp))
-    return data, time.perf_counter() - t
+    wall = time.perf_counter() - t
+    atomic_write(path, lambda tmp: torch.save({**vars(data), "wall_s": wall}, tmp))
+    return data, wall
+
+
+def _timed(wall: dict, name: str, w: float | None) -> int:
+    """Adds ``w`` seconds to ``wall[name]``; returns 1 for a part without a time (not counted as 0 s)."""
+    wall[name] = wall.get(name, 0.0) + (w or 0.0)
+    return int(w is None)
 
 
 def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None, topk: int = 32,
@@ -294,7 +306,7 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
     cut = "" if max_prompt_tokens is None else f"p{max_prompt_tokens}"
     wall = {"heldout_pass": 0.0, "train_pass": 0.0}
     held, w = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
-    wall["heldout_pass"] += w
+    untimed = _timed(wall, "heldout_pass", w)
     same = getattr(torch, pass_dtype) == model.dtype
     runner = model if same else None
     if not same and (note := bf16_note(pass_dtype, str(model.device))):
@@ -307,10 +319,10 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
             runner = cast_copy(model, getattr(torch, pass_dtype))  # made once, when a shard needs it
         data, w = _shard_pass(runner, s, corpus_dir, parts, tag, topk, batch_size, max_prompt_tokens,
                               f"teacher pass {s['file']}")
-        wall["train_pass"] += w
+        untimed += _timed(wall, "train_pass", w)
         train.append(data)
     key = _corpus_key(model, manifest, tokens, topk, max_prompt_tokens, pass_dtype)
-    return {"key": key, "train": concat(train), "heldout": held, "wall_s": wall,
+    return {"key": key, "train": concat(train), "heldout": held, "wall_s": wall, "untimed_parts": untimed,
             "corpus": {"dir": str(corpus_dir), "shards": len(chosen), "answer_tokens": seen}}
 
 
@@ -358,7 +370,8 @@ def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_pr
 
     Returns:
         ``{"key", "train": TeacherData (ShareGPT text), "heldout": TeacherData (greedy
-        continuations), "wall_s": {"heldout_corpus", "heldout_pass", "train_pass"}}``.
+        continuations), "wall_s": {"heldout_corpus", "heldout_pass", "train_pass"}}``; a corpus's
+        cache adds ``untimed_parts``, its parts whose pass time is unknown (absent from ``wall_s``).
     """
     path = Path(path)
     if corpus_dir is not None and text_sequences is not None:
@@ -495,7 +508,8 @@ def _main(argv=None) -> None:
         torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, device=str(check_device(a.device)))
     data = from_args(a, model, tok)
-    stats = {"key": data["key"], "wall_s": data["wall_s"], "train_sequences": len(data["train"]),
+    stats = {"key": data["key"], "wall_s": data["wall_s"], "untimed_parts": data.get("untimed_parts", 0),
+             "train_sequences": len(data["train"]),
              "train_tokens": data["train"].n_tokens, "heldout_sequences": len(data["heldout"]),
              "heldout_answer_positions": int(data["heldout"].answer_positions().numel()),
              "corpus": data.get("corpus"),

@@ -58,13 +58,30 @@ def test_killed_pass_resumes_to_the_same_cache(model, built, tmp_path):
     (tmp_path / "b.pt").unlink()
     parts = sorted(p.name for p in (tmp_path / "b_parts").iterdir())
     assert len(parts) == 2  # the held-out shard and the first training shard
+    first = torch.load(tmp_path / "b_parts" / next(p for p in parts if "float32" in p and "heldout" in p),
+                       weights_only=True)["wall_s"]
     resumed = teacher.load_or_build(tmp_path / "b.pt", model, None, None, 0, 0, 0, **kw)
-    assert resumed["wall_s"]["heldout_pass"] == 0.0  # read back, not redone
+    # read back, not redone: the part's own time is the pass's, so a resumed pass states the whole cost
+    assert resumed["wall_s"]["heldout_pass"] == first > 0 and resumed["untimed_parts"] == 0
     assert resumed["key"] == whole["key"]
     for f in ("ids", "hidden", "argmax", "top_idx", "top_logp", "offsets", "start"):
         assert torch.equal(getattr(resumed["train"], f), getattr(whole["train"], f))
     again = teacher.load_or_build(tmp_path / "b.pt", model, None, None, 0, 0, 0, **kw)  # cached: same key
     assert again["key"] == whole["key"]
+
+
+def test_a_part_without_its_time_is_counted_not_read_as_zero(model, built, tmp_path):
+    kw = dict(topk=4, corpus_dir=built, pass_dtype="float32")
+    whole = teacher.load_or_build(tmp_path / "a.pt", model, None, None, 0, 0, 0, **kw)
+    held = next((tmp_path / "a_parts").glob("heldout.*"))
+    fields = torch.load(held, weights_only=True)
+    del fields["wall_s"]  # as parts were written before they kept their time
+    torch.save(fields, held)
+    (tmp_path / "a.pt").unlink()
+    rebuilt = teacher.load_or_build(tmp_path / "a.pt", model, None, None, 0, 0, 0, **kw)
+    assert rebuilt["untimed_parts"] == 1 and whole["untimed_parts"] == 0
+    assert rebuilt["wall_s"]["train_pass"] == whole["wall_s"]["train_pass"] > 0
+    assert rebuilt["wall_s"]["heldout_pass"] == 0.0  # the timed parts' sum: nothing timed was held out
 
 
 def test_other_model_refused(built, tmp_path):

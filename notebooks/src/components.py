@@ -108,8 +108,11 @@ for name, c in curves.items():
                  "watched": {"medusa": "head-1 top-1", "eagle": "first-token top-1"}.get(name, "top-1 agreement"),
                  "data": "as above" if s.get("teacher") == key else data_of(s.get("teacher"))})
 table = pd.DataFrame(rows)
-table.loc[len(table)] = {"component": "teacher pass", "train_wall_s": round(sum(teacher["wall_s"].values()), 1),
-                         "stopped": "", "watched": "", "data": "as above"}
+# a pass resumed from parts written before parts kept their time does not know the whole cost
+untimed = teacher.get("untimed_parts", 0)
+table.loc[len(table)] = {"component": "teacher pass",
+                         "train_wall_s": round(sum(teacher["wall_s"].values()), 1) if not untimed else None,
+                         "stopped": f"{untimed} parts untimed" if untimed else "", "watched": "", "data": "as above"}
 if "medusa" in curves:
     last = curves["medusa"].iloc[-1]
     print("Medusa held-out top-1 per head at the end:", last.heldout_top1,
@@ -117,7 +120,8 @@ if "medusa" in curves:
 if "draft" in curves:
     print("draft held-out KL at the start / end:", curves["draft"].heldout_kl.iloc[0], "/",
           curves["draft"].heldout_kl.iloc[-1])
-print("teacher pass wall s:", {k: round(v, 1) for k, v in teacher["wall_s"].items()})
+print("teacher pass wall s:", {k: round(v, 1) for k, v in teacher["wall_s"].items()},
+      f"(the timed parts only: {untimed} parts have no time)" if untimed else "")
 
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(11, 7))
