@@ -26,7 +26,7 @@ from .errors import UserError, check_range, cli_main, unknown
 from .hardware import PeakMemory, code_version, describe
 from .models import load_model
 from .prompts import TEMPLATES, TRUNCATE, fit_prompt
-from .records import JsonlWriter, ResumeLog, content_digest
+from .records import JsonlWriter, ResumeLog, check_start, content_digest
 from .report import AA_LABEL, summarize
 
 STANDARD = {"steps", "accept_lengths", "new_tokens", "wall_time"}
@@ -152,6 +152,7 @@ def run(args) -> list[dict]:
     # the code this process loaded: read now, not when the first record is written minutes later
     # (a commit made meanwhile, beside the run, would be named instead)
     args.code_version = code_version()
+    check_start(args.out)  # refused now, not when the first record is written
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     dataset = args.dataset or args.prompts

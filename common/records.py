@@ -65,12 +65,45 @@ def traced_path(path: Path) -> Path:
     if os.environ.get("CODE_VERSION"):
         return path
     dirty = uncommitted_code(REPO)
+    if dirty and _CLEAN_AT_START:
+        # the process started on committed code (check_start): only a changed file it imported
+        # since can make its records differ from that commit's; a doc edited beside the run cannot
+        dirty = [f for f in dirty if f in _imported_files()]
     if dirty:
         shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         raise UserError(f"refusing to write {path}: tracked code has uncommitted changes ({shown}), so no commit "
                         f"would reproduce these records; commit them first, or set {EXPLORATORY_ENV}=1 for an "
                         f"exploratory run (records go under .cache/exploratory/)")
     return path
+
+
+_CLEAN_AT_START = False  # set by check_start: this process loaded committed code
+
+
+def check_start(*paths: Path | None) -> None:
+    """At a run's start, before hours of work: the refusal :func:`traced_path` would give when
+    the records ``paths`` (None: not written) are written, given now; and, when the tracked code
+    is committed now, a note that this process's code is that commit's, so an edit made beside
+    the run to a file it never imported no longer refuses its records at the end."""
+    global _CLEAN_AT_START
+    quiet = os.environ.get(EXPLORATORY_ENV) == "1"  # traced_path says where exploratory records go, when they are written
+    for path in paths:
+        if path is not None and not quiet:
+            traced_path(Path(path))
+    _CLEAN_AT_START = uncommitted_code(REPO) == []
+
+
+def _imported_files() -> set[str]:
+    """This process's imported modules' files inside the repository, relative to it (POSIX)."""
+    root, out = REPO.resolve(), set()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if f:
+            try:
+                out.add(Path(f).resolve().relative_to(root).as_posix())
+            except ValueError:
+                pass
+    return out
 
 
 class JsonlWriter:

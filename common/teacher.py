@@ -54,7 +54,7 @@ from .hardware import bf16_note, code_version, provenance
 from .models import load_model
 from .paths import atomic_write
 from .prompts import encode_prompt
-from .records import write_json
+from .records import check_start, write_json
 
 VERSION = 1  # bump when the stored layout changes
 
@@ -504,6 +504,7 @@ def _main(argv=None) -> None:
     add_args(ap)
     a = ap.parse_args(argv)
     version = code_version()  # the code this pass loaded (read now, not when it ends)
+    check_start(a.stats_out)  # refused now, not after the pass
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, device=str(check_device(a.device)))

@@ -18,7 +18,7 @@ from .config import TrainConfig
 from .errors import check_range
 from .hardware import code_version, provenance
 from .models import load_model
-from .records import write_json
+from .records import check_start, write_json
 from .training import Stopping
 
 
@@ -77,6 +77,7 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     add_component_args(ap)
     a = ap.parse_args(argv)
     version = code_version()  # the code this run loaded, named in its stats (not a commit made while it trains)
+    check_start(a.stats_out, a.curve_out)  # refused now, not after the training
     cfg, stop = train_setup(a, warmup_frac, schedule)
     device = str(check_device(a.device))
     if check_args:

@@ -49,6 +49,7 @@ from common.errors import UserError, cli_main
 from common.forward import num_layers
 from common.hardware import code_version, describe
 from common.prompts import encode_prompt
+from common.records import check_start
 from common.training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, run_path, train
 
 from .config import HeadsConfig, check_probed_layers
@@ -253,6 +254,7 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", default="adhoc")
     a = ap.parse_args(argv)
     version = code_version()  # the code this process loaded (read now: a commit made beside the run is not it)
+    check_start(a.meta_out, a.curve_out)
     try:
         cfg = HeadsConfig(**json.loads(a.config))
         layers = [int(x) for x in a.layers.split(",") if x]

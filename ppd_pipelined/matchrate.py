@@ -41,7 +41,7 @@ from common.errors import UserError, check_range, cli_main
 from common.forward import logits_from_hidden, num_layers
 from common.hardware import code_version, describe, device_clock
 from common.prompts import TRUNCATE, fit_prompt
-from common.records import JsonlWriter
+from common.records import JsonlWriter, check_start
 
 from .config import CLASSIFIERS, MAX_TOPK, METHODS, TASKS, check_p, check_probed_layers
 
@@ -204,6 +204,7 @@ def validate(a) -> tuple[list[int], list[str]]:
 def run(a) -> list[dict]:
     layers, classifiers = validate(a)
     version = code_version()  # the code this process loaded (read now: a commit made beside the run is not it)
+    check_start(a.out)
     samples = load_jsonl(a.prompts)[: a.n]
     if a.threads is not None:
         torch.set_num_threads(a.threads)

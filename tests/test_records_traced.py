@@ -1,4 +1,5 @@
 """Raw records under results/ come only from committed code (common.records.traced_path)."""
+import json
 import subprocess
 
 import pytest
@@ -16,13 +17,15 @@ def repo(tmp_path, monkeypatch):
     git("config", "user.email", "t@t")
     git("config", "user.name", "t")
     (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "notes.md").write_text("notes\n")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "old.jsonl").write_text("{}\n")
-    git("add", "code.py", "results/old.jsonl")
+    git("add", "code.py", "notes.md", "results/old.jsonl")
     git("commit", "-q", "-m", "c")
     monkeypatch.setattr(records, "REPO", tmp_path)
     monkeypatch.delenv(records.EXPLORATORY_ENV, raising=False)
     monkeypatch.delenv("CODE_VERSION", raising=False)
+    monkeypatch.setattr(records, "_CLEAN_AT_START", False)  # no run started in this process
     return tmp_path
 
 
@@ -66,3 +69,32 @@ def test_the_cli_error_is_one_line(repo, monkeypatch, capsys):
     assert e.value.code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: refusing to write")
+
+
+def test_a_run_started_on_uncommitted_code_is_refused_at_its_start(repo):
+    (repo / "code.py").write_text("x = 2\n")
+    with pytest.raises(UserError, match=r"refusing to write .*r\.jsonl: .*code\.py"):
+        records.check_start(repo / "results" / "r.jsonl", None)
+    records.check_start(repo / "elsewhere" / "r.jsonl")  # outside results/: no check
+    assert not records._CLEAN_AT_START
+
+
+def test_a_run_started_clean_is_refused_only_for_files_it_imported(repo, monkeypatch):
+    (repo / "notes.md").write_text("edited\n")  # without a clean start, any tracked edit refuses
+    with pytest.raises(UserError, match="notes.md"):
+        records.write_json(repo / "results" / "s.json", {})
+    (repo / "notes.md").write_text("notes\n")
+    records.check_start(repo / "results" / "s.json")
+    assert records._CLEAN_AT_START
+    monkeypatch.setattr(records, "_imported_files", lambda: {"code.py"})  # what this "process" loaded
+    (repo / "notes.md").write_text("edited beside the run\n")
+    records.write_json(repo / "results" / "s.json", {"a": 1})  # the run's code is still the commit's
+    assert json.loads((repo / "results" / "s.json").read_text()) == {"a": 1}
+    (repo / "code.py").write_text("x = 2\n")
+    with pytest.raises(UserError, match=r"uncommitted changes \(code\.py\)"):
+        records.write_json(repo / "results" / "t.json", {})
+    assert not (repo / "results" / "t.json").exists()
+
+
+def test_imported_files_names_this_process_modules_relative_to_the_repository():
+    assert "common/records.py" in records._imported_files()
