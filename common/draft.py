@@ -225,7 +225,7 @@ def distill(target, teacher: dict, n_layers: int, out_dir: Path, cfg: TrainConfi
                                             "heldout_coverage": reduced["heldout_coverage"]}),
              **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
              "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
-             "teacher": teacher["key"], "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads()}
+             "teacher": teacher["key"], **teacher_cache.cost_fields(teacher), "threads": torch.get_num_threads()}
     write_json(out_dir / "stats.json", stats)
     return stats
 

@@ -38,7 +38,7 @@ from .checkpoints import fingerprint
 from .errors import UserError, check_range
 from .forward import attention_mask_4d, backbone, causal_allow
 from .reduced_head import frequency_order, write_draft_vocab
-from .teacher import TeacherData
+from .teacher import TeacherData, cost_fields
 
 CHECKPOINT = "head.pt"
 
@@ -300,7 +300,7 @@ def train_head(model, teacher: dict, out_dir: Path, cfg, stop, max_len: int = 38
                                                 for sh in train_data.shards for i in range(len(sh))),
                                                model.config.vocab_size))
     stats = {"component": "eagle_head", **meta, "sequences": len(examples), "steps": len(log),
-             "train_wall_s": round(state.get("wall_s", 0.0), 1), "teacher_wall_s": teacher.get("wall_s"),
+             "train_wall_s": round(state.get("wall_s", 0.0), 1), **cost_fields(teacher),
              "corpus": teacher.get("corpus"),
              "stopped": state.get("stopped"), "chosen_step": state.get("chosen_step", state.get("step")),
              "final": chosen_row(state),

@@ -392,7 +392,7 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
              "train_positions": len(train_data), "train_sequences": len(tr), "train_tokens": tr.n_tokens,
              "heldout_sequences": len(held), "heldout_positions": len(held_data),
              "stopping": asdict(stop), "config": asdict(cfg), "teacher": teacher["key"],
-             "teacher_wall_s": teacher.get("wall_s"), "threads": torch.get_num_threads(), "trees": {}}
+             **teacher_cache.cost_fields(teacher), "threads": torch.get_num_threads(), "trees": {}}
     if layers is not None:
         stats.update(input_layers=list(layers), layer_inputs_wall_s=states_wall)
     for n in TREE_SIZES:

@@ -436,6 +436,13 @@ def _chosen(manifest: dict, tokens: int | None) -> list[dict]:
     return chosen
 
 
+def cost_fields(data: dict) -> dict:
+    """What a trainer's stats say about the teacher pass it trained on (``data``:
+    :func:`load_or_build`'s return): its wall seconds and how many of its parts had no time (so a
+    0 s pass read from untimed parts is not taken for a free one)."""
+    return {"teacher_wall_s": data.get("wall_s"), "teacher_untimed_parts": data.get("untimed_parts", 0)}
+
+
 def _key_file(path: Path) -> Path:
     """The cache's key beside it (bytes, where the cache is gigabytes): read before the cache."""
     return path.with_name(path.name + ".key.json")

@@ -82,6 +82,8 @@ def test_a_part_without_its_time_is_counted_not_read_as_zero(model, built, tmp_p
     assert rebuilt["untimed_parts"] == 1 and whole["untimed_parts"] == 0
     assert rebuilt["wall_s"]["train_pass"] == whole["wall_s"]["train_pass"] > 0
     assert rebuilt["wall_s"]["heldout_pass"] == 0.0  # the timed parts' sum: nothing timed was held out
+    # what the trainers' stats copy: the 0 s comes with the count that says it is unknown
+    assert teacher.cost_fields(rebuilt) == {"teacher_wall_s": rebuilt["wall_s"], "teacher_untimed_parts": 1}
 
 
 def test_other_model_refused(built, tmp_path):
