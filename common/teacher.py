@@ -248,7 +248,7 @@ def shard_sequences(shard: "corpus_mod.Shard", max_prompt_tokens: int | None = N
 
 
 def _heldout_pass(model, manifest: dict, corpus_dir: Path, parts: Path, topk: int,
-                  batch_size: int) -> tuple[TeacherData, float]:
+                  batch_size: int) -> tuple[TeacherData, float | None]:
     """The corpus's held-out shard passed in the model's own dtype (fp32 in the embedded
     profile: its answers are greedy in the dtype decoding runs), whole prompts; kept in
     ``parts`` like every shard's pass."""
@@ -258,7 +258,7 @@ def _heldout_pass(model, manifest: dict, corpus_dir: Path, parts: Path, topk: in
 
 
 def _shard_pass(model, shard_meta: dict, corpus_dir: Path, parts: Path, tag: str, topk: int, batch_size: int,
-                max_prompt_tokens: int | None, desc: str) -> tuple[TeacherData, float]:
+                max_prompt_tokens: int | None, desc: str) -> tuple[TeacherData, float | None]:
     """One shard's pass, read from ``parts`` when an earlier run finished it (same shard hash
     and settings, in ``tag``); written there atomically otherwise, with the seconds it took.
     Returns it and those seconds: the pass's own time also when read back, so a resumed pass
