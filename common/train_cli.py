@@ -18,7 +18,7 @@ from .config import TrainConfig
 from .errors import check_range
 from .hardware import code_version, provenance
 from .models import load_model
-from .records import check_start, write_json
+from .records import check_start, content_digest, write_json
 from .training import Stopping
 
 
@@ -53,11 +53,21 @@ def train_setup(a, warmup_frac: float = 0.02, schedule: str = "linear"):
     return cfg, stop
 
 
+def decoded_folder(out: Path) -> Path:
+    """The folder decoders load from a trainer's ``--out``: its ``model/`` subfolder for a whole
+    model (the distilled draft, BiLD's small models), else ``out`` itself (heads, prompt tokens, maps)."""
+    out = Path(out)
+    return out / "model" if (out / "model").is_dir() else out
+
+
 def component_main(description: str, add_component_args, train_fn, data, argv=None, lr: float = 1e-3,
                    batch_size: int = 4, eval_every: int = 50, warmup_frac: float = 0.02,
                    schedule: str = "linear", check_args=None, check_model=None) -> None:
     """The one command line of trained components: common flags, the frozen model, its
-    training data, early stopping, stats out.
+    training data, early stopping, stats out. The stats carry ``weights_digest``, the
+    :func:`common.records.content_digest` of the folder decoders load (:func:`decoded_folder`): the
+    digest a benchmark record keeps under ``components`` for the same path, so a table that joins a
+    benchmark with these stats can tell whether the benchmark decoded these weights.
 
     Args:
         add_component_args: ``(parser) -> None`` adds the component's own flags.
@@ -89,6 +99,7 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
         check_model(a, model)
     stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
     stats.update(provenance(a.model, device, version))
+    stats["weights_digest"] = content_digest(decoded_folder(a.out))
     if a.stats_out:
         write_json(a.stats_out, stats)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))

@@ -372,3 +372,27 @@ def test_stats_name_the_code_a_training_started_with(monkeypatch, tmp_path):
     common.train_cli.component_main("t", lambda ap: None, train_fn, (add_data, lambda a, m, t: None),
                                     ["--model", "m", "--out", str(tmp_path), "--stats-out", str(tmp_path / "s.json")])
     assert json.loads((tmp_path / "s.json").read_text())["code_version"] == "started-at"
+
+
+def test_trainer_stats_name_the_digest_of_the_weights_decoders_load(monkeypatch, tmp_path):
+    """weights_digest is the digest a benchmark keeps for the folder it loads: the whole model's
+    model/ subfolder where there is one (its training state beside it does not count), else --out."""
+    import common.train_cli
+    from common.records import content_digest
+    monkeypatch.setattr(common.train_cli, "load_model", lambda *a, **k: (torch.nn.Linear(2, 2), None))
+    monkeypatch.setattr(common.train_cli, "check_start", lambda *a: None)
+    digests = {}
+    for whole in (False, True):
+        out = tmp_path / f"out{int(whole)}"
+
+        def train_fn(a, model, tok, data, cfg, stop, out=out, whole=whole):
+            (out / "model" if whole else out).mkdir(parents=True)
+            torch.save({"module": {"w": torch.arange(3.0 + whole)}}, (out / "model" if whole else out) / "w.pt")
+            if whole:
+                torch.save({"module": {"w": torch.zeros(5)}}, out / "train.pt")
+            return {}
+        common.train_cli.component_main("t", lambda ap: None, train_fn, (lambda ap: None, lambda a, m, t: None),
+                                        ["--model", "m", "--out", str(out), "--stats-out", str(tmp_path / f"s{int(whole)}.json")])
+        digests[whole] = json.loads((tmp_path / f"s{int(whole)}.json").read_text())["weights_digest"]
+        assert digests[whole] == content_digest(out / "model" if whole else out)
+    assert digests[True] != content_digest(tmp_path / "out1")  # the folder with train.pt is another digest
