@@ -7,6 +7,7 @@ would let them; ``speedup`` is that ratio over vanilla's on the same prompts in 
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -152,16 +153,46 @@ def components_line(runs: dict[str, list[dict]]) -> str:
     return "; ".join(parts) if parts else "no trained components"
 
 
+def weights_match(trained: str | None, decoded: set) -> str:
+    """Did a benchmark decode the weights a training wrote? A component retrained after its
+    benchmark leaves that benchmark on the old weights, under the same cache path, until it reruns.
+
+    Args:
+        trained: the digest the training's stats name (``weights_digest``; ``model_digest`` of a
+            benchmarked model folder); None where the stats predate it.
+        decoded: the digests the benchmark's records name for the component (None for a record
+            that names none).
+    Returns:
+        ``yes`` (every record decoded the trained weights), ``no`` (other weights: rerun the
+        benchmark), ``unknown`` (a digest is missing on either side).
+    """
+    if trained is None or not decoded or None in decoded:
+        return "unknown"
+    return "yes" if decoded == {trained} else "no"
+
+
+def stats_match(stats: dict, records: list[dict]) -> str:
+    """:func:`weights_match` of a training's stats (``weights_path``, ``weights_digest``:
+    :func:`common.train_cli.component_main`) with the records whose decoder options load that path."""
+    path = stats.get("weights_path")
+    if path is None:
+        return "unknown"
+    decoded = {(r.get("components") or {}).get(opt) for r in records
+               for opt, v in (r.get("decoder_config") or {}).items()
+               if isinstance(v, str) and os.path.normpath(v) == os.path.normpath(path)}
+    return weights_match(stats.get("weights_digest"), decoded)
+
+
 def decoded_weights(stats: dict, records: list[dict]) -> str:
     """Did benchmark records decode the weights a training record describes? Its ``model_digest``
-    against theirs (:func:`common.bench.model_digest`): a component retrained after its benchmark
-    leaves that benchmark on the old weights until it reruns, under the same cache path."""
-    ours, theirs = stats.get("model_digest"), {r.get("model_digest") for r in records}
-    if not records or ours is None or None in theirs:
+    against theirs (:func:`common.bench.model_digest`), in words (:func:`weights_match`)."""
+    theirs = {r.get("model_digest") for r in records}
+    match = weights_match(stats.get("model_digest"), theirs)
+    if match == "unknown":
         return "benchmarked weights unknown (records or training without digests)"
-    if theirs == {ours}:
+    if match == "yes":
         return "benchmarked with these weights"
-    return f"benchmarked with other weights ({'/'.join(sorted(theirs))}; trained {ours}): rerun its benchmark"
+    return f"benchmarked with other weights ({'/'.join(sorted(theirs))}; trained {stats['model_digest']}): rerun its benchmark"
 
 
 def decoded_components(records: list[dict]) -> dict[str, dict[str, set]]:

@@ -64,10 +64,11 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
                    batch_size: int = 4, eval_every: int = 50, warmup_frac: float = 0.02,
                    schedule: str = "linear", check_args=None, check_model=None) -> None:
     """The one command line of trained components: common flags, the frozen model, its
-    training data, early stopping, stats out. The stats carry ``weights_digest``, the
-    :func:`common.records.content_digest` of the folder decoders load (:func:`decoded_folder`): the
-    digest a benchmark record keeps under ``components`` for the same path, so a table that joins a
-    benchmark with these stats can tell whether the benchmark decoded these weights.
+    training data, early stopping, stats out. The stats carry ``weights_path``, the folder decoders
+    load (:func:`decoded_folder`, as ``--out`` names it), and ``weights_digest``, its
+    :func:`common.records.content_digest`: the digest a benchmark record keeps under ``components``
+    for that path, so a table that joins a benchmark with these stats can tell whether the benchmark
+    decoded these weights (:func:`common.report.weights_match`).
 
     Args:
         add_component_args: ``(parser) -> None`` adds the component's own flags.
@@ -99,7 +100,9 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
         check_model(a, model)
     stats = train_fn(a, model, tok, load_data(a, model, tok), cfg, stop)
     stats.update(provenance(a.model, device, version))
-    stats["weights_digest"] = content_digest(decoded_folder(a.out))
+    weights = decoded_folder(a.out)
+    stats["weights_path"] = str(weights)   # as benchmark records name it (their decoder_config)
+    stats["weights_digest"] = content_digest(weights)
     if a.stats_out:
         write_json(a.stats_out, stats)
     print(json.dumps({k: v for k, v in stats.items() if k not in ("accuracy", "acc")}, indent=1))

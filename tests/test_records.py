@@ -147,6 +147,23 @@ def test_decoded_weights_tells_a_benchmark_of_older_weights():
     assert decoded_weights({"model_digest": "aa"}, []).startswith("benchmarked weights unknown")
 
 
+def test_stats_match_joins_a_training_with_the_records_that_loaded_its_path():
+    """cross.table's same_weights: the stats' weights_digest against the components digest of the
+    records whose options name weights_path (normalised); other components of the records do not count."""
+    from common.report import stats_match
+
+    rec = {"decoder": "speculative", "decoder_config": {"draft": "c/draft/model", "gamma": 4},
+           "components": {"draft": "aa"}}
+    other = {"decoder": "speculative", "decoder_config": {"heads": "c/medusa"}, "components": {"heads": "zz"}}
+    stats = {"weights_path": "c/draft/model/", "weights_digest": "aa"}
+    assert stats_match(stats, [rec, rec, other]) == "yes"
+    assert stats_match({**stats, "weights_digest": "bb"}, [rec]) == "no"   # retrained after the benchmark
+    assert stats_match({**stats, "weights_digest": "bb"}, [rec, {**rec, "components": {"draft": "bb"}}]) == "no"
+    assert stats_match({"steps": 3}, [rec]) == "unknown"                    # stats before the digests
+    assert stats_match(stats, [{**rec, "components": {}}]) == "unknown"     # a record before the digests
+    assert stats_match(stats, [other]) == "unknown"                         # no record loaded the path
+
+
 def test_content_digest_counts_published_weights_so_a_kept_copy_digests_like_the_original(tmp_path):
     """A training's checkpoint folder (optimizer state, restore_best's copies, the run state,
     logs) and the kept copy tools/checkpoints.py makes of it hold the same weights: one digest."""

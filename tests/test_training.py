@@ -375,7 +375,7 @@ def test_stats_name_the_code_a_training_started_with(monkeypatch, tmp_path):
 
 
 def test_trainer_stats_name_the_digest_of_the_weights_decoders_load(monkeypatch, tmp_path):
-    """weights_digest is the digest a benchmark keeps for the folder it loads: the whole model's
+    """weights_digest is the digest a benchmark keeps for the folder it loads (weights_path): the whole model's
     model/ subfolder where there is one (its training state beside it does not count), else --out."""
     import common.train_cli
     from common.records import content_digest
@@ -393,6 +393,8 @@ def test_trainer_stats_name_the_digest_of_the_weights_decoders_load(monkeypatch,
             return {}
         common.train_cli.component_main("t", lambda ap: None, train_fn, (lambda ap: None, lambda a, m, t: None),
                                         ["--model", "m", "--out", str(out), "--stats-out", str(tmp_path / f"s{int(whole)}.json")])
-        digests[whole] = json.loads((tmp_path / f"s{int(whole)}.json").read_text())["weights_digest"]
+        stats = json.loads((tmp_path / f"s{int(whole)}.json").read_text())
+        digests[whole] = stats["weights_digest"]
         assert digests[whole] == content_digest(out / "model" if whole else out)
+        assert stats["weights_path"] == str(out / "model" if whole else out)  # the path records name it by
     assert digests[True] != content_digest(tmp_path / "out1")  # the folder with train.pt is another digest

@@ -1,6 +1,6 @@
 """Which benchmark records decoded weights their components no longer hold:
 common.report.weights_status (the comparison) and tools/weights_status.py (the references: the
-cache, the kept copy, the newest record), and tools/study_status.py's use of it."""
+cache, the trainings' stats, the kept copy, the newest record), and tools/study_status.py's use of it."""
 import json
 import subprocess
 import sys
@@ -97,6 +97,27 @@ def test_the_tool_finds_the_kept_copy_and_the_cache(tmp_path, monkeypatch):
     torch.save({"module": {"w": torch.zeros(3)}}, tmp_path / comp / "heads.pt")
     t = tool.status("smoke", root=tmp_path)
     assert set(t.state) == {"stale"} and all(r.endswith("(cache)") for r in t.reference)
+
+
+def test_a_trainings_stats_come_before_the_kept_copy(tmp_path, monkeypatch):
+    """A fresh clone has no cache; a component retrained since its copy was kept names its new
+    weights in its stats (weights_path, weights_digest): records of the kept weights are stale."""
+    raw, comp = _profile_tree(tmp_path, monkeypatch)
+    kept = tmp_path / "results" / "cross" / "checkpoints" / "smoke" / "medusa"
+    kept.mkdir(parents=True)
+    torch.save({"module": {"w": torch.ones(3)}}, kept / "heads.pt")
+    _write(raw / "bench_medusa.jsonl", [_rec("medusa@t16", comp, content_digest(kept))])
+    _write(raw / "bench_new.jsonl", [_rec("medusa@t16", comp, "feedfacefeedface")])
+    stats = raw / "medusa_stats.json"
+    stats.write_text(json.dumps({"weights_path": comp + "/", "weights_digest": "feedfacefeedface"}))
+    t = tool.status("smoke", root=tmp_path).set_index("run")
+    run = ".cache/smoke/results/cross/raw/bench_"
+    assert t.loc[run + "medusa.jsonl", "state"] == "stale" and t.loc[run + "new.jsonl", "state"] == "current"
+    assert t.loc[run + "medusa.jsonl", "reference"] == (
+        "feedfacefeedface (stats .cache/smoke/results/cross/raw/medusa_stats.json)")
+    stats.write_text(json.dumps({"steps": 3}))   # stats written before trainings named their weights
+    t = tool.status("smoke", root=tmp_path).set_index("run")
+    assert t.loc[run + "medusa.jsonl", "state"] == "current"   # the kept copy again
 
 
 def test_a_whole_model_kept_as_a_delta_is_the_model_it_was_kept_from(tmp_path, monkeypatch):

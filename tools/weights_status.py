@@ -7,8 +7,10 @@ numbers under the same name. Each record also carries the content digest of what
 per record file and component path, with a reference (:func:`common.report.weights_status`):
 
 1. the cache's copy, where this machine's cache has the component;
-2. else the copy kept in git (``results/<package>/checkpoints/<profile>/``, tools/checkpoints.py);
-3. else the weights of the record file committed last that decoded the path.
+2. else the weights its training's stats name (``weights_path``, ``weights_digest`` in
+   ``results/<package>/raw/*_stats.json``: a fresh clone knows of a retraining without its weights);
+3. else the copy kept in git (``results/<package>/checkpoints/<profile>/``, tools/checkpoints.py);
+4. else the weights of the record file committed last that decoded the path.
 
     python tools/weights_status.py [--profile embedded] [--all]
 
@@ -21,6 +23,7 @@ a note). A reference taken from the newest record cannot be checked that way.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +63,25 @@ def committed_at(files, root: Path = ROOT) -> dict[str, float]:
     return out
 
 
+def trained_digests(results: Path, root: Path = ROOT) -> dict[str, tuple[str, str]]:
+    """``{path: (digest, where)}`` from the trainings' stats that name their weights
+    (:func:`common.train_cli.component_main`); where two name one path, the one committed last."""
+    out, when = {}, {}
+    files = sorted(results.glob("*/raw/*_stats.json"))
+    stamps = committed_at([os.path.relpath(f, root) for f in files], root)
+    for f in files:
+        try:
+            stats = json.loads(f.read_text())
+        except ValueError:
+            continue
+        if not isinstance(stats, dict) or not stats.get("weights_path") or not stats.get("weights_digest"):
+            continue
+        path, rel = os.path.normpath(stats["weights_path"]), os.path.relpath(f, root)
+        if path not in out or stamps.get(rel, float("inf")) >= when[path]:
+            out[path], when[path] = (stats["weights_digest"], f"stats {rel}"), stamps.get(rel, float("inf"))
+    return out
+
+
 def local_copy(path: str, profile: str, root: Path = ROOT) -> tuple[Path, str] | None:
     """Where this machine holds a component path's weights now: the cache's copy, else the one
     kept in git under ``results/*/checkpoints/<profile>/`` (the path below the cache's
@@ -91,8 +113,13 @@ def status(profile: str, root: Path = ROOT) -> pd.DataFrame:
         for path, opts in decoded_components(recs).items():
             decoded.setdefault(path, set()).update(*opts.values())
     now, earlier = {}, {}
+    trained = trained_digests(results, root)
     for path, digests in decoded.items():
-        if (copy := local_copy(path, profile, root)) is not None:
+        if (root / path).exists() or os.path.normpath(path) not in trained:
+            copy = local_copy(path, profile, root)
+        else:
+            now[path], copy = trained[os.path.normpath(path)], None
+        if copy is not None:
             now[path] = (kept_digest(copy[0]), copy[1])  # a kept model folder: the digest of what it rebuilds
             if digests - {now[path][0]}:  # only then can an added file explain a difference
                 earlier[path] = earlier_digests(copy[0])

@@ -26,7 +26,7 @@ from common.config import Staged, artifact_inputs, check_inputs, cross_joins, la
 from common.records import read_jsonl
 from common.render import close_with, show
 from common.report import (check_decoders, check_settings, extra_memory, limits, provenance, read_cost_curves,
-                           step_times, summarize, write_table)
+                           stats_match, step_times, summarize, write_table)
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -68,7 +68,11 @@ meta
 # A joined group's decoders load its package's component (`cross.joins.<package>.stats`).
 # `ran_on` names the machine a group's benchmark ran on (each group is one run, its own vanilla
 # included). `trained_on` names the hardware a component was trained on: training times compare only
-# between rows trained on the same.
+# between rows trained on the same. `same_weights` says whether the benchmark decoded the weights
+# that training wrote (`common.report.stats_match`: the digest in its stats against the records'
+# `components`): `no` is a component retrained after its benchmark, whose speedup is then the
+# earlier weights' (`tools/weights_status.py` lists the benchmark to rerun); `unknown`, stats
+# written before trainings named their weights' digest.
 
 # %%
 joined_stats = {j["stats"].resolve(): s for s, j in joins.items()}
@@ -82,17 +86,19 @@ def component_of(cfg):
 
 
 def extras(group, recs, decoder):
-    """(extra parameters in millions, training seconds, training hardware) of a decoder's component."""
+    """(extra parameters in millions, training seconds, training hardware, whether the benchmark
+    decoded the weights that training wrote) of a decoder's component."""
     if decoder == "vanilla":
-        return 0.0, None, None
+        return 0.0, None, None, None
     cfg = next(r.get("decoder_config", {}) for r in recs if r["decoder"] == decoder)
     c = group if group in joins else component_of(cfg)
     if c is None:
-        return 0.0, None, None
+        return 0.0, None, None, None
     if c not in stats:
         raise FileNotFoundError(f"{decoder} uses trained {c} but no {c}_stats.json is among the declared inputs")
     s = stats[c]
-    return s["params"] / 1e6, s["train_wall_s"], s.get("hardware")
+    return (s["params"] / 1e6, s["train_wall_s"], s.get("hardware"),
+            stats_match(s, [r for r in recs if r["decoder"] == decoder]))
 
 
 # %%
@@ -106,6 +112,7 @@ def cross_rows():
         t["extra_params_m"] = [e[0] for e in ex]
         t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
         t["trained_on"] = pd.Series([e[2] for e in ex], dtype=object)
+        t["same_weights"] = pd.Series([e[3] for e in ex], dtype=object)
         t["ran_on"] = ", ".join(sorted({r["device"].split(", torch")[0] for r in recs}))
         mem = extra_memory(recs)  # blank for a group whose records predate per-call growth
         t["extra_mem_mib"] = pd.Series([mem.get(d) for d in t.decoder], dtype=object)
@@ -174,7 +181,8 @@ def own_comparison(table) -> str:
 table = cross_rows()
 cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
         "step_cost", "limit", "pct_of_limit", "step_ms", "target_ms", "propose_ms", "other_ms", "peak_mem_mib",
-        "extra_mem_mib", "extra_params_m", "train_wall_s", "trained_on", "ran_on", "identical_to_vanilla"]
+        "extra_mem_mib", "extra_params_m", "train_wall_s", "trained_on", "same_weights", "ran_on",
+        "identical_to_vanilla"]
 table = table[cols]
 for c in ("step_cost", "limit", "pct_of_limit", "target_ms", "propose_ms", "other_ms"):  # blank, not nan, where none
     table[c] = table[c].astype(object).where(table[c].notna(), None)
@@ -182,7 +190,9 @@ ranked = table[table.decoder != "vanilla"].sort_values("speedup", ascending=Fals
 lossy = [d for d, s in zip(table.decoder, table.identical_to_vanilla) if s.split("/")[0] != s.split("/")[1]]
 verdict = (f"this project's comparison (no paper has it): fastest {ranked.decoder.iloc[0]} {ranked.speedup.iloc[0]:.2f}x, "
            f"slowest {ranked.decoder.iloc[-1]} {ranked.speedup.iloc[-1]:.2f}x over {len(ranked)} decoders, each against "
-           f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}")
+           f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}"
+           + "".join(f"; benchmarked on other weights than its component's training: {', '.join(d)}"
+                     for d in [list(table.decoder[table.same_weights == "no"])] if d))
 write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 close_with(artifact_id, {**meta, "verdict": verdict}, own_comparison(table))
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.render import Render, paper_numbers
-from common.report import cost_of, limits, provenance, read_cost_curves, summarize
+from common.report import cost_of, limits, provenance, read_cost_curves, stats_match, summarize
 from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -312,6 +312,8 @@ R.save_table(mem, meta)
 # the circle's area is the component's training wall time on this machine (its learning curve
 # flattened; the greedy corpora they train on are made once and shared, and not counted).
 # Methods without trained parts (prompt lookup, self-speculative) sit at zero memory.
+# `same_weights`: whether that speedup's run decoded the weights the training minutes belong to
+# (`no`: the component was retrained after its benchmark; `unknown`: no digest to compare).
 
 # %% [pd.fig1]
 pick = {"prompt_decoding": hw_label,
@@ -323,6 +325,11 @@ free = fig4[fig4.decoder.isin(["prompt_lookup", "self_speculative"])].assign(par
 free["method"] = free.decoder
 fig1 = pd.concat([fig1, free[["method", "decoder", "params", "MiB_fp32", "train_min", "speedup", "run"]]],
                  ignore_index=True)
+# did the speedup's run decode the weights whose training the row shows? (cross.table's same_weights)
+trained_by = {"prompt_decoding": pd_stats, "medusa": medusa_stats, "speculative": draft_stats}
+fig1["same_weights"] = [stats_match(trained_by[m], [r for r in benches[run] if r["decoder"] == d])
+                        if trained_by.get(m) is not None and isinstance(run, str) else None
+                        for m, d, run in zip(fig1.method, fig1.decoder, fig1.run)]
 for c in paper["fig1"]["claims"]:
     print("paper:", c)
 trained = fig1[fig1.params > 0]

@@ -26,7 +26,8 @@ from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, ch
 from common.records import read_jsonl
 from common.render import close_with, show
 from common.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
-                           limits, noise_line, provenance, read_cost_curves, step_positions, summarize, write_table)
+                           limits, noise_line, provenance, read_cost_curves, stats_match, step_positions, summarize,
+                           write_table)
 from common.specbench import category_of, export
 
 base = Path(results_root) / package
@@ -279,7 +280,9 @@ print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 # vanilla's, over every run (`common.report.extra_memory`; components and datastores are loaded
 # before any call and are not in it; blank where the records predate per-call growth, see
 # `cross.table`). `trained_on` names the machine that trained it: training times compare only
-# between rows trained on the same. The corpus the components learned from is generated once for
+# between rows trained on the same; `same_weights`, whether the runs decoded the weights that
+# training wrote (`no`: retrained since, so the speedup is the earlier weights'; `unknown`: no
+# digest to compare, as in `cross.table`). The corpus the components learned from is generated once for
 # all and not counted.
 
 # %% [study.cost]
@@ -302,6 +305,7 @@ for d in decoders:
                  "extra_params_m": s["params"] / 1e6 if "params" in s else (0.0 if not named else None),
                  "train_s": s.get("train_wall_s", s.get("build_s")),
                  "trained_on": s.get("hardware"),
+                 "same_weights": stats_match(s, [r for r in records if r["decoder"] == d]) if named else None,
                  "extra_mem_mib": extra_mem.get(d),
                  "speedup": ov.loc[d, "speedup"], "lossless": bool(ov.loc[d, "lossless"])})
 cost = pd.DataFrame(rows)
@@ -328,7 +332,9 @@ free = cost[cost.component.isna()].sort_values("speedup", ascending=False)
 trained = cost[cost.component.notna()].sort_values("speedup", ascending=False)
 verdict = (f"fastest with nothing trained: {free.decoder.iloc[0]} {free.speedup.iloc[0]:.2f}x" if len(free) else
            "every method trains a component") + (
-    f"; fastest trained: {trained.decoder.iloc[0]} {trained.speedup.iloc[0]:.2f}x" if len(trained) else "")
+    f"; fastest trained: {trained.decoder.iloc[0]} {trained.speedup.iloc[0]:.2f}x" if len(trained) else "") + "".join(
+    f"; benchmarked on other weights than its component's training: {', '.join(d)}"
+    for d in [list(cost.decoder[cost.same_weights == "no"])] if d)
 write_table(cost, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 close_with(artifact_id, {**meta, "verdict": verdict},
            "No paper reports this comparison: it is this project's own.")
