@@ -168,8 +168,11 @@ if RELEASED.get("prompt_tokens"):
 CORPUS = f"{ROOT}/corpus/{P.name}"
 
 
+# The corpus is committed (results/corpus/), and a fresh clone converts the model after its checkout:
+# ancient(), so the newer model file never replans hours of generation; a corpus of another model or
+# recipe is refused by the shards' manifest (common.corpus), not by file times.
 rule corpus_shards:
-    input: model_files()
+    input: ancient(model_files())
     output: stats=f"{CORPUS}/stats.json"
     conda: "../env.yml"
     log: f"{LOGS}/corpus_shards.log"
