@@ -88,6 +88,25 @@ def test_render_plans_no_experiment(target):
         assert not any(f"rule {aid.replace('.', '_').replace('-', '_')}:" in out for aid in pending)
 
 
+def test_a_fresh_clone_does_not_replan_the_committed_corpus(embedded):
+    """A fresh clone converts the model after its checkout, so the model file is newer than the
+    committed corpus; with rerun=true the corpus is up to date all the same (rule corpus_shards takes
+    the model as ancient: hours of generation are not replanned over a file time)."""
+    from common.models import checkpoint_dir
+    stats = ROOT / "results" / "corpus" / "embedded" / "stats.json"
+    model = checkpoint_dir("smollm2-135m-instruct") / "model.safetensors"
+    before = stats.stat()
+    older = model.stat().st_mtime - 3600
+    os.utime(stats, (older, older))
+    try:
+        r = run([*SNAKEMAKE, "-n", "--nolock", str(stats.relative_to(ROOT)), "--config", "rerun=true",
+                 "--rerun-triggers", "mtime"])
+    finally:
+        os.utime(stats, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rule corpus_shards:" not in r.stdout + r.stderr and "Nothing to be done" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 def test_render_without_raw_records_is_one_error_line():
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=paper"])
     assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout + r.stderr
