@@ -12,6 +12,7 @@ from common.config import artifact_inputs, load_artifacts, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = ("bild.fig2", "bild.fig8", "bild.fig10", "bild.table1")
+COMPACT = ".cache/components/smoke/bild_compact/model"  # the folder the compact rows load
 META = {"model": "m", "dataset": "d", "profile": "smoke", "device": "cpu", "dtype": "float32", "max_new_tokens": 8,
         "code_version": "x"}
 
@@ -34,7 +35,8 @@ def _reduced(keep, compact_layers=None):
     recs = _sweep("aligned")
     slow = [{**r, "decoder": r["decoder"] + f"_v{keep}", "wall_time": 1.5} for r in recs if r["decoder"] != "vanilla"]
     compact = [] if compact_layers is None else [
-        {**r, "decoder": r["decoder"] + f"_l{compact_layers}v{keep}", "wall_time": 0.8} for r in recs if r["decoder"] != "vanilla"]
+        {**r, "decoder": r["decoder"] + f"_l{compact_layers}v{keep}", "wall_time": 0.8,
+         "decoder_config": {"small": COMPACT}, "components": {"small": "old0"}} for r in recs if r["decoder"] != "vanilla"]
     return recs + slow + compact
 
 
@@ -66,7 +68,8 @@ def root(tmp_path_factory):
     if layers is not None:
         (raw / "compact_stats.json").write_text(json.dumps(
             {"layers": layers, "keep": keep, "steps": 40, "stopped": "flat", "final": {"heldout_top1": 0.3},
-             "params_not_shared": 1000, "head_params": 500}))
+             "params_not_shared": 1000, "head_params": 500,
+             "weights_path": COMPACT, "weights_digest": "new1"}))  # retrained after its sweep
     (raw / "reduced_vocab_stats.json").write_text(json.dumps(
         {"keep": keep, "vocab": 96, "labels": "greedy", "train_coverage": 0.98, "heldout_coverage": 0.9}))
     return root
@@ -94,6 +97,8 @@ def test_renders_from_records(root, aid):
         assert t.loc[("aligned, full head (reduced sweep's run)", "no_loss"), "speedup"] == pytest.approx(2.0)
         assert t.loc[(f"aligned, {keep}-token head (beyond the paper)", "no_loss"), "speedup"] == pytest.approx(2 / 1.5)
         assert "98.0% of those labels" in table
+        if load_profile(None, "smoke").raw["bild"]["reduced_vocab"].get("compact_layers") is not None:
+            assert "the sweep decoded these weights: no" in table  # stats new1, records old0
         # the reduced rows scored against their own run's vanilla text too (the same text here)
         assert t.loc[(f"aligned, {keep}-token head (beyond the paper)", "no_loss"), "quality_vs_large"] == pytest.approx(100.0)
     elif aid == "bild.fig8":

@@ -28,7 +28,7 @@ from bild.plots import quality_panel
 from common.metrics import METRICS
 from common.records import read_jsonl
 from common.render import Render, paper_numbers
-from common.report import provenance
+from common.report import provenance, stats_match
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg, inputs = R.cfg, R.inputs
@@ -176,7 +176,8 @@ if reduced:
             f"{cstats['layers']}-layer model trained with the {cstats['keep']}-token head ({cstats['steps']} steps, stopped: "
             f"{cstats['stopped']}): held-out top-1 agreement {cstats['final']['heldout_top1']:.3f}, "
             f"{(cstats['params_not_shared'] + cstats['head_params']) / 1e6:.1f} M parameters per step "
-            f"(layers + head; the full 4-layer model's: see the reduced-vocabulary stats)")
+            f"(layers + head; the full 4-layer model's: see the reduced-vocabulary stats); the sweep decoded "
+            f"these weights: {stats_match(cstats, recs)}")  # no: retrained after the sweep, rerun it
     side = both["full"].merge(both["reduced"], on="decoder", suffixes=("_full", "_reduced"))
     print(side[["decoder", "quality_full", "quality_reduced", "speedup_full", "speedup_reduced", "small_share_full",
                 "small_share_reduced", "fallbacks_per_token_full", "fallbacks_per_token_reduced"]].round(3).to_string(index=False))
