@@ -97,8 +97,8 @@ def test_renders_from_records(root, aid):
         assert t.loc[("aligned, full head (reduced sweep's run)", "no_loss"), "speedup"] == pytest.approx(2.0)
         assert t.loc[(f"aligned, {keep}-token head (beyond the paper)", "no_loss"), "speedup"] == pytest.approx(2 / 1.5)
         assert "98.0% of those labels" in table
-        if load_profile(None, "smoke").raw["bild"]["reduced_vocab"].get("compact_layers") is not None:
-            assert "the sweep decoded these weights: no" in table  # stats new1, records old0
+        assert load_profile(None, "smoke").raw["bild"]["reduced_vocab"].get("compact_layers")  # the compact rows exist
+        assert "the sweep decoded these weights: no" in table  # stats new1, records old0
         # the reduced rows scored against their own run's vanilla text too (the same text here)
         assert t.loc[(f"aligned, {keep}-token head (beyond the paper)", "no_loss"), "quality_vs_large"] == pytest.approx(100.0)
     elif aid == "bild.fig8":
