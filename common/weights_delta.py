@@ -10,6 +10,12 @@ file is byte-identical (its SHA-256 is checked), so a record's ``components`` di
 (:func:`common.records.content_digest`, which hashes the file's bytes) is the same for the
 restored copy as for the model it was kept from.
 
+A delta larger than ``part_bytes`` is kept as numbered parts (``model.safetensors.delta.part00``,
+...), each with its size and SHA-256 in the manifest, so that no kept file is larger than a part:
+the draft's 54 MiB delta keeps as four files of at most 16 MiB, the largest file a device call
+brings back (``tools/device``), so a model trained on a lent GPU comes back and is kept the same
+way. :func:`join` pastes the parts together (each one checked) before it rebuilds the model.
+
 A safetensors file is an 8-byte little-endian header length, a JSON header naming each tensor's
 dtype, shape and ``data_offsets`` (relative to the end of the header), and the data; only byte
 ranges are copied here, so no dtype needs to be understood and nothing loads into torch.
@@ -28,6 +34,7 @@ from .paths import file_sha256
 FORMAT = 1
 MODEL_FILE = "model.safetensors"  # what save_pretrained writes, and the decoders load
 DELTA = MODEL_FILE + ".delta"      # a kept model folder's weights, less what the base model holds
+PART = ".part"                     # DELTA + PART + "00", ...: a delta kept in pieces (the manifest's "parts")
 
 
 def layout(path: Path) -> tuple[bytes, dict[str, dict], int]:
@@ -79,11 +86,14 @@ def _write_safetensors(path: Path, tensors: dict[str, tuple[dict, bytes]]) -> No
             f.write(data)
 
 
-def split(model_file: Path, base_file: Path, delta_file: Path, base_name: str, extra: dict | None = None) -> dict:
+def split(model_file: Path, base_file: Path, delta_file: Path, base_name: str, extra: dict | None = None,
+          part_bytes: int | None = None) -> dict:
     """Write ``delta_file`` (the tensors of ``model_file`` whose bytes differ from the same-named
     tensor of ``base_file``, or that it lacks) and ``<delta_file>.json`` (the manifest: the original
     header, the file's SHA-256 and size, and the SHA-256 of each tensor taken from the base);
-    returns the manifest (with ``extra``'s entries added). Both are written under temporary names and renamed when complete."""
+    returns the manifest (with ``extra``'s entries added). A delta over ``part_bytes`` is written
+    as :func:`cut`'s parts instead of one file. Every file is written under a temporary name and
+    renamed when complete, the manifest last."""
     model_file, base_file, delta_file = Path(model_file), Path(base_file), Path(delta_file)
     raw, tensors, start = layout(model_file)
     _, base_tensors, base_start = layout(base_file)
@@ -103,7 +113,15 @@ def split(model_file: Path, base_file: Path, delta_file: Path, base_name: str, e
     delta_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = delta_file.with_name(delta_file.name + ".partial")
     _write_safetensors(tmp, own)
-    os.replace(tmp, delta_file)
+    if part_bytes is not None and tmp.stat().st_size > part_bytes:
+        manifest["delta"] = {"bytes": tmp.stat().st_size, "sha256": file_sha256(tmp)}
+        manifest["parts"] = cut(tmp, delta_file, part_bytes)
+        tmp.unlink()
+        delta_file.unlink(missing_ok=True)  # an earlier keep's whole delta
+    else:
+        os.replace(tmp, delta_file)
+        for old in parts_of(delta_file):  # an earlier keep's parts
+            old.unlink()
     man = manifest_path(delta_file)
     man.with_name(man.name + ".partial").write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(man.with_name(man.name + ".partial"), man)
@@ -114,9 +132,54 @@ def manifest_path(delta_file: Path) -> Path:
     return Path(delta_file).with_name(Path(delta_file).name + ".json")
 
 
+def parts_of(delta_file: Path) -> list[Path]:
+    """The part files beside ``delta_file`` (``<delta>.part00``, ...), in order."""
+    delta_file = Path(delta_file)
+    return sorted(delta_file.parent.glob(delta_file.name + PART + "[0-9]*"))
+
+
+def cut(whole: Path, delta_file: Path, part_bytes: int) -> list[dict]:
+    """Copy ``whole`` into parts of at most ``part_bytes`` bytes named after ``delta_file``
+    (``<delta>.part00``, ...; parts of an earlier cut removed first); returns each part's
+    ``{"file", "bytes", "sha256"}`` in order, as the manifest keeps them."""
+    if part_bytes < 1:
+        raise UserError(f"a part of {part_bytes} bytes cannot hold anything; valid: a positive size")
+    delta_file = Path(delta_file)
+    for old in parts_of(delta_file):
+        old.unlink()
+    parts = []
+    with open(whole, "rb") as f:
+        while data := f.read(part_bytes):
+            path = delta_file.with_name(f"{delta_file.name}{PART}{len(parts):02d}")
+            tmp = path.with_name(path.name + ".partial")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            parts.append({"file": path.name, "bytes": len(data), "sha256": _sha(data)})
+    return parts
+
+
+def _paste(delta_file: Path, manifest: dict, out: Path) -> None:
+    """Write the delta the manifest's ``parts`` hold (beside ``delta_file``) at ``out``; one
+    ``UserError`` naming the first missing, truncated or altered part, or a whole that differs."""
+    with open(out, "wb") as f:
+        for part in manifest["parts"]:
+            path = Path(delta_file).with_name(part["file"])
+            if not path.is_file():
+                raise UserError(f"{path} is missing: {delta_file.name} is kept in {len(manifest['parts'])} parts; "
+                                f"valid: every part the manifest lists, beside it")
+            data = path.read_bytes()
+            if len(data) != part["bytes"] or _sha(data) != part["sha256"]:
+                what = "altered (its SHA-256 differs)" if len(data) == part["bytes"] else f"truncated ({len(data)} of {part['bytes']} bytes)"
+                raise UserError(f"{path} is {what}; valid: the part as keep wrote it")
+            f.write(data)
+    if out.stat().st_size != manifest["delta"]["bytes"] or file_sha256(out) != manifest["delta"]["sha256"]:
+        raise UserError(f"the parts of {delta_file.name} do not make up the delta that was kept (SHA-256 mismatch); "
+                        f"valid: the parts and manifest kept together")
+
+
 def join(delta_file: Path, base_file: Path, out_file: Path) -> None:
-    """Rebuild the file :func:`split` kept, at ``out_file``, from ``delta_file``, its manifest and
-    ``base_file``; one ``UserError`` if the base's tensors are not the ones the model shared (another
+    """Rebuild the file :func:`split` kept, at ``out_file``, from ``delta_file`` (or its parts), its
+    manifest and ``base_file``; one ``UserError`` if the base's tensors are not the ones the model shared (another
     conversion or model) or the result's SHA-256 is not the original's. Nothing is left at
     ``out_file`` unless the rebuilt file is exact."""
     delta_file, base_file, out_file = Path(delta_file), Path(base_file), Path(out_file)
@@ -126,6 +189,19 @@ def join(delta_file: Path, base_file: Path, out_file: Path) -> None:
     manifest = json.loads(man_file.read_text())
     if manifest.get("format") != FORMAT:
         raise UserError(f"{man_file}: format {manifest.get('format')!r} is unknown; valid: {FORMAT}")
+    if "parts" in manifest:  # pasted beside the output (the kept folder may be read-only), removed after
+        pasted = out_file.with_name(out_file.name + ".delta.partial")
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _paste(delta_file, manifest, pasted)
+            return _join(pasted, manifest, base_file, out_file)
+        finally:
+            pasted.unlink(missing_ok=True)
+    return _join(delta_file, manifest, base_file, out_file)
+
+
+def _join(delta_file: Path, manifest: dict, base_file: Path, out_file: Path) -> None:
+    """:func:`join` of a delta in one file."""
     raw = manifest["header"].encode()
     tensors = {k: v for k, v in json.loads(raw).items() if k != "__metadata__"}
     _, own, own_start = layout(delta_file)

@@ -121,3 +121,65 @@ def test_truncated_delta_is_one_error_and_no_base_is_named(tmp_path, monkeypatch
     with pytest.raises(tool.UserError, match="truncated"):
         tool.restore("pkg", "embedded", root=tmp_path)
     assert not (comp / "model" / "model.safetensors").exists()
+
+
+def test_whole_model_kept_in_parts_no_larger_than_asked_and_rebuilt_byte_for_byte(tmp_path, monkeypatch):
+    """A delta over --part-mib is kept as numbered parts (what a device call can bring back, and a
+    file git holds comfortably); restore pastes them, each checked, into the same model."""
+    import shutil
+
+    from common.records import content_digest
+    from common.weights_delta import kept_digest
+
+    comp = _whole_model(tmp_path, monkeypatch)
+    weights = (comp / "model" / "model.safetensors").read_bytes()
+    digest = content_digest(comp / "model")
+    part_mib = 0.05  # 52,428 bytes: the tiny draft's delta (~100 KiB) takes several parts
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base", part_mib=part_mib)
+    kept = tmp_path / "results" / "pkg" / "checkpoints" / "embedded" / "draft" / "model"
+    parts = sorted(kept.glob("model.safetensors.delta.part*"))
+    assert len(parts) >= 2 and not (kept / "model.safetensors.delta").exists()
+    assert all(p.stat().st_size <= part_mib * 2**20 for p in parts)
+    assert kept_digest(kept) == digest
+    # kept again whole (a larger part size): no stale part is left to be pasted
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base", part_mib=16)
+    assert (kept / "model.safetensors.delta").is_file() and not list(kept.glob("*.part*"))
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base", part_mib=part_mib)
+    assert not (kept / "model.safetensors.delta").exists()
+
+    shutil.rmtree(comp)
+    tool.restore("pkg", "embedded", root=tmp_path)
+    assert (comp / "model" / "model.safetensors").read_bytes() == weights
+    assert content_digest(comp / "model") == digest
+    # the parts and the manifest stay in git, not in the cache
+    assert not list(comp.rglob("*.delta*")) and not list(comp.rglob("*.partial"))
+
+
+@pytest.mark.parametrize("fault", ["missing", "truncated", "altered"])
+def test_a_missing_or_damaged_part_is_one_error_and_leaves_nothing(tmp_path, monkeypatch, fault):
+    import shutil
+
+    comp = _whole_model(tmp_path, monkeypatch)
+    tool.keep("pkg", ["draft"], "embedded", root=tmp_path, base="tiny-base", part_mib=0.05)
+    kept = tmp_path / "results" / "pkg" / "checkpoints" / "embedded" / "draft" / "model"
+    part = sorted(kept.glob("model.safetensors.delta.part*"))[1]
+    data = part.read_bytes()
+    if fault == "missing":
+        part.unlink()
+    elif fault == "truncated":
+        part.write_bytes(data[:-10])
+    else:
+        part.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    shutil.rmtree(comp)
+    with pytest.raises(tool.UserError, match=f"{part.name} is {fault}"):
+        tool.restore("pkg", "embedded", root=tmp_path)
+    model = comp / "model"
+    assert not (model / "model.safetensors").exists() and not list(model.parent.rglob("*.partial"))
+
+
+def test_a_part_size_that_holds_nothing_is_one_error(tmp_path, monkeypatch, capsys):
+    _whole_model(tmp_path, monkeypatch)
+    capsys.readouterr()  # the fixture's save_pretrained progress
+    assert tool.main(["keep", "pkg", "draft", "--base", "tiny-base", "--part-mib", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --part-mib 0.0 holds nothing") and err.count("\n") == 1

@@ -12,9 +12,11 @@ without their optimizer state, under ``results/<package>/checkpoints/<profile>/`
 
 A whole-model component (a folder with ``model/model.safetensors``: the distilled draft, BiLD's
 small models) is kept as its ``model/`` folder without the tensors it shares with the base model
-(the target's embedding: :mod:`common.weights_delta`), and rebuilt byte for byte on restore from the
-converted base model (``.cache/models/<base>/``, made by rule ``prepare_model``); its training
-checkpoint (``train.pt``, the whole module and optimizer) is not kept: no decoder reads it.
+(the target's embedding: :mod:`common.weights_delta`), in parts of at most ``--part-mib`` MiB (16: the
+largest file a device call brings back, so a model trained on a lent GPU is kept the same way), and
+rebuilt byte for byte on restore from the converted base model (``.cache/models/<base>/``, made by
+rule ``prepare_model``); its training checkpoint (``train.pt``, the whole module and optimizer) is
+not kept: no decoder reads it.
 
 ``restore`` never overwrites a checkpoint that is already in the cache, and gives the copies a
 fresh time stamp, so that ``--rerun-triggers mtime`` finds them newer than the corpora. The
@@ -39,11 +41,13 @@ from common.errors import UserError  # noqa: E402
 from common.models import cache_root, checkpoint_dir  # noqa: E402
 from common.records import content_digest  # noqa: E402
 from common.training import read_trained  # noqa: E402
-from common.weights_delta import DELTA, MODEL_FILE, join, manifest_path, split  # noqa: E402
+from common.weights_delta import DELTA, MODEL_FILE, join, manifest_path, parts_of, split  # noqa: E402
 
 # what only a resumed run reads: the optimizer's state, and (restore_best) the best evaluation's
 # weights and the last step's, which a finished checkpoint's "module" already publishes one of
 RUN_STATE = ("optimizer", "scheduler", "best", "last_module")
+# the largest kept file of a whole model: a device call brings back files of at most 16 MiB
+PART_MIB = 16
 
 
 def kept_dir(package: str, profile: str, root: Path = ROOT) -> Path:
@@ -55,9 +59,10 @@ def base_model(profile: str) -> str:
     return load_profile(None, profile).model
 
 
-def keep_model(src: Path, dst: Path, base: str) -> None:
+def keep_model(src: Path, dst: Path, base: str, part_mib: float = PART_MIB) -> None:
     """Keep ``src/model/`` at ``dst/model/``: every file but the weights verbatim, the weights as
-    their delta against ``base``'s converted checkpoint; the folder is swapped in whole."""
+    their delta against ``base``'s converted checkpoint, in parts of at most ``part_mib`` MiB; the
+    folder is swapped in whole."""
     model, base_file = src / "model", checkpoint_dir(base) / MODEL_FILE
     if not base_file.is_file():
         raise UserError(f"{base_file} is missing: the base model {base} is not converted; valid: run rule "
@@ -70,23 +75,26 @@ def keep_model(src: Path, dst: Path, base: str) -> None:
             (tmp / f.relative_to(model)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f, tmp / f.relative_to(model))
     # the folder's digest as records name it: the kept copy (a delta) cannot be digested like the original
-    m = split(model / MODEL_FILE, base_file, tmp / DELTA, base, extra={"folder_digest": content_digest(model)})
+    m = split(model / MODEL_FILE, base_file, tmp / DELTA, base, extra={"folder_digest": content_digest(model)},
+              part_bytes=int(part_mib * 2**20))
     shutil.rmtree(dst / "model", ignore_errors=True)
     os.replace(tmp, dst / "model")
-    own = (dst / "model" / DELTA).stat().st_size
-    print(f"kept {model} -> {dst / 'model'} ({own / 2**20:.1f} MiB of {m['bytes'] / 2**20:.1f} MiB of weights; "
+    own = m["delta"]["bytes"] if "parts" in m else (dst / "model" / DELTA).stat().st_size
+    pieces = f" in {len(m['parts'])} parts" if "parts" in m else ""
+    print(f"kept {model} -> {dst / 'model'} ({own / 2**20:.1f} MiB{pieces} of {m['bytes'] / 2**20:.1f} MiB of weights; "
           f"{len(m['from_base'])} tensors from {base})")
     for f in sorted(src.glob("*.json")):
         shutil.copyfile(f, dst / f.name)
 
 
-def keep(package: str, components: list[str], profile: str, root: Path = ROOT, base: str | None = None) -> None:
+def keep(package: str, components: list[str], profile: str, root: Path = ROOT, base: str | None = None,
+         part_mib: float = PART_MIB) -> None:
     """Copy each component's finished ``*.pt`` (optimizer state dropped) and its ``*.json``; a
     whole-model component's ``model/`` folder as :func:`keep_model` keeps it."""
     for comp in components:
         src = cache_root() / "components" / profile / comp
         if (src / "model" / MODEL_FILE).is_file():
-            keep_model(src, kept_dir(package, profile, root) / comp, base or base_model(profile))
+            keep_model(src, kept_dir(package, profile, root) / comp, base or base_model(profile), part_mib)
             continue
         files = sorted(src.glob("*.pt"))
         if not files:
@@ -110,10 +118,10 @@ def restore(package: str, profile: str, root: Path = ROOT) -> None:
     if not base.is_dir():
         raise UserError(f"{base} does not exist; valid: a package with kept checkpoints "
                         f"({', '.join(sorted(p.parent.parent.name for p in root.glob('results/*/checkpoints/*'))) or 'none'})")
-    deltas = sorted(base.rglob(DELTA))
-    manifests = {manifest_path(d) for d in deltas}
-    files = [f for f in sorted(base.rglob("*")) if f.is_file() and f not in manifests and f not in deltas
-             and not f.name.endswith(".partial")]
+    # a kept model's weights: its manifest, beside the delta or its parts
+    deltas = [m.with_name(DELTA) for m in sorted(base.rglob(DELTA + ".json"))]
+    weights = {manifest_path(d) for d in deltas} | set(deltas) | {p for d in deltas for p in parts_of(d)}
+    files = [f for f in sorted(base.rglob("*")) if f.is_file() and f not in weights and not f.name.endswith(".partial")]
     # a model folder's weights before its other files: its config.json is the rule's output, and
     # Snakemake must not find a folder with a config but no weights
     for f in deltas:
@@ -147,13 +155,17 @@ def main(argv=None) -> int:
     k.add_argument("components", nargs="+", help="folders under .cache/components/<profile>/")
     k.add_argument("--base", default=None, help="the model a whole-model component was cut from (default: the "
                    "profile's model)")
+    k.add_argument("--part-mib", type=float, default=PART_MIB, help="a whole model's delta is kept in files of at "
+                   "most this many MiB (default %(default)s: the largest file a device call brings back)")
     r = sub.add_parser("restore", help="results/<package>/checkpoints/<profile> -> cache")
     r.add_argument("package")
     for p in (k, r):
         p.add_argument("--profile", default="embedded")
     a = ap.parse_args(argv)
     try:
-        keep(a.package, a.components, a.profile, base=a.base) if a.cmd == "keep" else restore(a.package, a.profile)
+        if a.cmd == "keep" and not a.part_mib > 0:
+            raise UserError(f"--part-mib {a.part_mib} holds nothing; valid: a positive size in MiB")
+        keep(a.package, a.components, a.profile, base=a.base, part_mib=a.part_mib) if a.cmd == "keep" else restore(a.package, a.profile)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
