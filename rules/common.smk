@@ -224,6 +224,16 @@ def bild_teacher(variant):
     return f".cache/components/{P.name}/teacher.pt", teacher_flags(C["corpus"], C["teacher"])
 
 
+def corpus_inputs(wildcards):
+    """The converted model, where the corpus is still to be made. The corpus is committed
+    (results/corpus/), and a fresh clone converts the model after its checkout: a job that makes
+    an input replans its consumers whatever ancient() says ("updated by another job"), so a plan
+    that converts the model would replan hours of generation. A corpus of another model or recipe
+    is refused by the shards' manifest (common.corpus), not by file times; a forced rerun in a
+    clone without the converted model is one error line naming rule prepare."""
+    return [] if Path(f"{ROOT}/corpus/{P.name}/stats.json").is_file() else ancient(model_files())
+
+
 def teacher_inputs(t):
     """The files a teacher cache is built from (:func:`teacher_flags`)."""
     if t["source"] == "corpus" or t.get("heldout") == "corpus":

@@ -164,15 +164,14 @@ if RELEASED.get("prompt_tokens"):
 
 # The sharded self-distillation corpus (common.corpus): the model's own greedy answers, resumable
 # by shard; the embedded profile's shards are committed under results/corpus/. The rule's output
-# is the summary, not the manifest, so a rerun never deletes what it resumes from.
+# is the summary, not the manifest, so a rerun never deletes what it resumes from. Its input is
+# the converted model only while the corpus is still to be made (corpus_inputs: a fresh clone's
+# conversion never replans the committed corpus).
 CORPUS = f"{ROOT}/corpus/{P.name}"
 
 
-# The corpus is committed (results/corpus/), and a fresh clone converts the model after its checkout:
-# ancient(), so the newer model file never replans hours of generation; a corpus of another model or
-# recipe is refused by the shards' manifest (common.corpus), not by file times.
 rule corpus_shards:
-    input: ancient(model_files())
+    input: corpus_inputs
     output: stats=f"{CORPUS}/stats.json"
     conda: "../env.yml"
     log: f"{LOGS}/corpus_shards.log"

@@ -107,6 +107,19 @@ def test_a_fresh_clone_does_not_replan_the_committed_corpus(embedded):
     assert "rule corpus_shards:" not in r.stdout + r.stderr and "Nothing to be done" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+def test_a_fresh_clone_converting_the_model_does_not_replan_the_committed_corpus(tmp_path):
+    """In a fresh clone the model is not converted yet: the plan that trains from the corpus
+    converts it first, and the committed corpus stays as it is (it was replanned, "updated by
+    another job", before rule corpus_shards stopped naming the model once the corpus exists)."""
+    env = {**os.environ, "REPRO_CACHE_DIR": str(tmp_path / "cache")}  # no converted model there
+    r = subprocess.run([*SNAKEMAKE, "-n", "--nolock", ".cache/components/embedded/teacher.pt", "--config", "rerun=true",
+                        "--rerun-triggers", "mtime"], cwd=ROOT, capture_output=True, text=True, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "rule prepare_model:" in out and "rule teacher_cache:" in out, out
+    assert "rule corpus_shards:" not in out, out
+
+
 def test_render_without_raw_records_is_one_error_line():
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=paper"])
     assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout + r.stderr
