@@ -128,7 +128,7 @@ CHAINED = f"""rule distill_draft:
     input: .cache/components/embedded/teacher.pt, results/corpus/embedded/stats.json
     output: .cache/components/embedded/draft/model/config.json, results/cross/raw/draft_stats.json
     log: .cache/logs/embedded/distill_draft.log
-Shell command: {PY} -m common.draft --teacher .cache/components/embedded/teacher.pt --device cpu --threads 2
+Shell command: {PY} -m common.draft --teacher .cache/components/embedded/teacher.pt --corpus-dir results/corpus/embedded --device cpu --threads 2
 
 rule teacher_cache:
     input: results/corpus/embedded/stats.json
@@ -162,3 +162,11 @@ def test_a_chained_job_stops_the_rest_when_it_fails(tmp_path):
     body = [l for l in text.splitlines() if l.startswith(("mkdir", "ok=", "[ $ok"))]
     r = subprocess.run(["bash", "-c", "\n".join(body)], cwd=tmp_path, capture_output=True, text=True)
     assert "error: rule teacher_cache failed" in r.stdout and not (tmp_path / "ran").exists()
+
+
+def test_what_to_keep_when_results_moves_aside_names_the_folders_commands_read():
+    """The teacher pass and the draft read the corpus's shards through --corpus-dir, not only the
+    stats.json their rules declare: the whole folder stays when results/ moves aside."""
+    plan = jobs.parse_plan(CHAINED)
+    assert jobs.results_read(plan) == ["results/corpus/embedded/"]
+    assert jobs.results_read(jobs.parse_plan(PLAN)) == ["results/corpus/embedded/stats.json"]

@@ -139,6 +139,20 @@ def script(jobs: list[dict], header: str, chain: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+# a folder a command reads whole, beside the one file its rule declares (the corpus's shards beside stats.json)
+DIR_FLAG = re.compile(r"--[\w-]*dir\s+(results/\S+)")
+
+
+def results_read(jobs: list[dict]) -> list[str]:
+    """What the jobs read under ``results/`` (to keep in the tree when ``results/`` moves aside for
+    a call): their declared inputs, and the folders their commands name with a ``--…-dir`` flag
+    (``--corpus-dir results/corpus/embedded``: every shard, not only the declared stats.json)."""
+    made = {p for j in jobs for p in j["outputs"]}
+    files = {p for j in jobs for p in j["inputs"] if p.startswith("results/") and p not in made}
+    folders = {m.rstrip("/") + "/" for j in jobs for m in DIR_FLAG.findall(j["shell"] or "")}
+    return sorted(folders | {p for p in files if not any(p.startswith(f) for f in folders)})
+
+
 def return_lines(back: list[str], piece_mib: float = PIECE_MIB) -> list[str]:
     """Shell lines that bring the files ``back`` (paths in the tree; a missing one is skipped)
     home through ``$OUT``: each whole model kept first (:data:`WHOLE_MODEL`; its ``model/`` folder
@@ -228,7 +242,7 @@ def main(argv=None) -> int:
         return 2
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)
-    reads = sorted({p for j in jobs for p in j["inputs"] if p.startswith("results/")})
+    reads = results_read(jobs)
     made = {p for j in jobs for p in j["outputs"]}
     cached = sorted({p for j in jobs for p in j["inputs"] if p.startswith(".cache/") and p not in made})
     print(f"{len(jobs)} jobs ({', '.join(sorted({j['rule'] for j in jobs}))}) -> {a.out}")
