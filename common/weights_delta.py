@@ -12,7 +12,7 @@ restored copy as for the model it was kept from.
 
 A delta larger than ``part_bytes`` is kept as numbered parts (``model.safetensors.delta.part00``,
 ...), each with its size and SHA-256 in the manifest, so that no kept file is larger than a part:
-the draft's 54 MiB delta keeps as four files of at most 16 MiB, the largest file a device call
+the draft's 54 MiB delta would keep as four files of at most 16 MiB, the largest file a device call
 brings back (``tools/device``), so a model trained on a lent GPU comes back and is kept the same
 way. :func:`join` pastes the parts together (each one checked) before it rebuilds the model.
 

@@ -46,7 +46,8 @@ from common.weights_delta import DELTA, MODEL_FILE, join, manifest_path, parts_o
 # what only a resumed run reads: the optimizer's state, and (restore_best) the best evaluation's
 # weights and the last step's, which a finished checkpoint's "module" already publishes one of
 RUN_STATE = ("optimizer", "scheduler", "best", "last_module")
-# the largest kept file of a whole model: a device call brings back files of at most 16 MiB
+# the largest kept file of a whole model: a device call brings back files of at most 16 MiB (the
+# pieces tools/device/jobs.py returns, PIECE_MIB, which passes its own size to keep)
 PART_MIB = 16
 
 

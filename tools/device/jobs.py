@@ -181,7 +181,7 @@ def unpack(folder: Path, root: Path = ROOT) -> list[str]:
     import io
     import tarfile
 
-    pieces = sorted(Path(folder).glob(BACK + "*"), key=lambda p: int(p.name.removeprefix(BACK)))
+    pieces = sorted(Path(folder).glob(BACK + "[0-9]*"), key=lambda p: int(p.name.removeprefix(BACK)))
     if not pieces:
         raise ValueError(f"{folder} holds no {BACK}N pieces; valid: the folder a call's files came back in")
     numbers = [int(p.name.removeprefix(BACK)) for p in pieces]
