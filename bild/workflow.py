@@ -35,6 +35,9 @@ class RuleParams:
     cfg: BildConfig
     components: str  # the profile's component cache folder (embedded small models live there)
     profile_model: str | None = None  # the profile's model (whose teacher cache the components rules build)
+    # the aligned variant learns the corpus's greedy answers as text (rule teacher_answers: the
+    # paper fine-tunes on the large model's generated outputs) rather than the pass's greedy labels
+    answers_as_text: bool = False
 
     # rules/bild.smk names the task wildcard ``btask`` (``task`` is constrained to PPD's tasks)
     def task(self, wildcards) -> TaskConfig:
@@ -44,10 +47,15 @@ class RuleParams:
         """The large model of a ``{btask}``: the task's fine-tuned checkpoint or the profile's model."""
         return self.task(wildcards).large or self.cfg.model
 
-    LABELS = {"unaligned": "text", "aligned": "greedy"}  # common.draft's hard labels per variant
+    LABELS = {"unaligned": "text", "aligned": "greedy"}  # common.draft's hard labels per variant, on a pass
+
+    def variant_labels(self, variant: str) -> str:
+        """common.draft's hard labels for a small model of ``variant``: text where it learns a text
+        set (the references; the corpus's answers with ``answers_as_text``), else :attr:`LABELS`."""
+        return "text" if self.answers_as_text and variant == "aligned" else self.LABELS[variant]
 
     def labels(self, wildcards) -> str:
-        return self.LABELS[wildcards.variant]
+        return self.variant_labels(wildcards.variant)
 
     def train(self, draft: dict) -> dict:
         """The small models' training settings: the draft's (same family, same trainer),
@@ -168,7 +176,7 @@ class RuleParams:
         return f"{self.components}/bild_small_{self.cfg.reduced_vocab.variant}/model"
 
     def reduced_labels(self) -> str:
-        return self.LABELS[self.cfg.reduced_vocab.variant]
+        return self.variant_labels(self.cfg.reduced_vocab.variant)
 
     def compact_dir(self) -> str | None:
         """The compact small model's folder (``compact_layers`` layers trained with the reduced

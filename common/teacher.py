@@ -28,7 +28,10 @@ SHA-256), so a killed pass resumes at the first unfinished shard:
 With ``--corpus-dir`` and ``--text-sequences N`` the training set is ShareGPT's reference text
 instead (the conversations after the corpus's held-out prompts), evaluated on the same held-out
 shard: BiLD's unaligned small model learns the references. Text labels need only the text, so
-that set carries no teacher outputs (:func:`text_only`) and costs no forward pass.
+that set carries no teacher outputs (:func:`text_only`) and costs no forward pass. With
+``--pass-dtype none`` the corpus's training shards are such a text set too (the model's own
+greedy answers as text: BiLD's aligned small model learns them, as the paper fine-tunes on the
+large model's generated outputs); only the held-out shard is passed, in minutes instead of hours.
 """
 from __future__ import annotations
 
@@ -57,6 +60,10 @@ from .prompts import encode_prompt
 from .records import check_start, write_json
 
 VERSION = 1  # bump when the stored layout changes
+
+
+# dtypes of the pass over a corpus's training shards; "none": no pass, the shards as a text set
+PASS_DTYPES = ("bfloat16", "float32", "none")
 
 
 @dataclass
@@ -288,7 +295,8 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
 
     Training set: the training shards in order until ``tokens`` answer tokens (None: all),
     passed in ``pass_dtype`` (the dtype the corpus generated them in is the natural choice;
-    bfloat16 runs on this CPU's bf16 units at several times fp32's tokens/s); held-out set: the
+    bfloat16 runs on this CPU's bf16 units at several times fp32's tokens/s), or ``"none"``: not
+    passed, a text-only set (:func:`text_only`: what text labels read); held-out set: the
     corpus's held-out shard, passed in the model's own dtype (fp32 in the embedded profile: its
     answers are greedy in the dtype decoding runs).
     Returns what :func:`load_or_build` returns; ``key`` names the shards by hash.
@@ -298,8 +306,8 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
     if not manifest["heldout"] or not manifest["shards"]:
         raise UserError(f"corpus {corpus_dir} has no held-out shard or no training shard yet; "
                         "valid: a corpus built by python -m common.corpus")
-    if pass_dtype not in ("float32", "bfloat16"):
-        raise UserError(f"pass_dtype={pass_dtype!r} is unknown; valid: float32, bfloat16")
+    if pass_dtype not in PASS_DTYPES:
+        raise UserError(f"pass_dtype={pass_dtype!r} is unknown; valid: {', '.join(PASS_DTYPES)}")
     chosen = _chosen(manifest, tokens)
     seen = sum(s["answer_tokens"] for s in chosen)
     parts.mkdir(parents=True, exist_ok=True)
@@ -307,6 +315,15 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
     wall = {"heldout_pass": 0.0, "train_pass": 0.0}
     held, w = _heldout_pass(model, manifest, corpus_dir, parts, topk, batch_size)
     untimed = _timed(wall, "heldout_pass", w)
+    info = {"dir": str(corpus_dir), "shards": len(chosen), "answer_tokens": seen}
+    key = _corpus_key(model, manifest, tokens, topk, max_prompt_tokens, pass_dtype)
+    if pass_dtype == "none":  # the shards' own text: read, not passed
+        t = time.perf_counter()
+        seqs = [seq for s in tqdm(chosen, desc=f"corpus text ({len(chosen)} shards)", unit="shard")
+                for seq in shard_sequences(corpus_mod.read_shard(corpus_dir / s["file"], s["sha256"]), max_prompt_tokens)]
+        train = text_only(seqs)
+        wall = {"heldout_pass": wall["heldout_pass"], "train_text": time.perf_counter() - t}
+        return {"key": key, "train": train, "heldout": held, "wall_s": wall, "untimed_parts": untimed, "corpus": info}
     same = getattr(torch, pass_dtype) == model.dtype
     runner = model if same else None
     if not same and (note := bf16_note(pass_dtype, str(model.device))):
@@ -321,9 +338,8 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
                               f"teacher pass {s['file']}")
         untimed += _timed(wall, "train_pass", w)
         train.append(data)
-    key = _corpus_key(model, manifest, tokens, topk, max_prompt_tokens, pass_dtype)
     return {"key": key, "train": concat(train), "heldout": held, "wall_s": wall, "untimed_parts": untimed,
-            "corpus": {"dir": str(corpus_dir), "shards": len(chosen), "answer_tokens": seen}}
+            "corpus": info}
 
 
 def sharegpt_text(tokenizer, n: int, skip: int = 0, max_len: int = 256, max_prompt_tokens: int = 96,
@@ -476,8 +492,9 @@ def add_args(ap) -> None:
     ap.add_argument("--corpus-dir", type=Path, default=None,
                     help="the sharded corpus (python -m common.corpus): its shards train, its held-out shard evaluates")
     ap.add_argument("--corpus-tokens", type=int, default=None, help="answer tokens of the corpus to pass (default: all)")
-    ap.add_argument("--pass-dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                    help="dtype of the corpus's training-shard pass (the held-out shard is always float32)")
+    ap.add_argument("--pass-dtype", choices=PASS_DTYPES, default="bfloat16",
+                    help="dtype of the corpus's training-shard pass (the held-out shard is passed in the model's "
+                         "dtype); none: no pass, the shards' text only (text labels)")
     ap.add_argument("--text-sequences", type=int, default=None,
                     help="with --corpus-dir: train on this many ShareGPT reference texts instead of the shards")
     ap.add_argument("--heldout-prompts", type=int, default=32)

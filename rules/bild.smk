@@ -10,7 +10,7 @@ from bild.config import EXIT_LOSSES as BILD_EXIT_LOSSES, VARIANTS as BILD_VARIAN
 from bild.workflow import RuleParams as BildParams
 
 BILD = bild_from_profile(P)
-BILDR = BildParams(BILD, f".cache/components/{P.name}", P.model)
+BILDR = BildParams(BILD, f".cache/components/{P.name}", P.model, answers_as_text=TEACHER_ANSWERS is not None)
 BILD_RAW = f"{ROOT}/bild/raw"
 BILD_BENCH = P.raw["bild"].get("bench") or {"datasets": {}}
 
@@ -173,7 +173,7 @@ if BILD.reduced_vocab is not None:
     rule bild_reduce_vocab:
         input:
             model=f"{BILDR.reduced_source()}/config.json",
-            teacher=f".cache/components/{P.name}/teacher.pt",
+            teacher=bild_teacher(BILD.reduced_vocab.variant)[0],
         output:
             model=f"{BILDR.reduced_dir()}/config.json",
             stats=f"{BILD_RAW}/reduced_vocab_stats.json",

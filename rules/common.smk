@@ -217,8 +217,11 @@ def bild_small_teacher(wildcards):
 
 
 def bild_teacher(variant):
-    """``(cache, flags)`` of a BiLD small model of ``variant``: the reference text's pass for the
-    unaligned one (rule teacher_text), the shared cache otherwise."""
+    """``(cache, flags)`` of a BiLD small model of ``variant``: the reference text for the
+    unaligned one (rule teacher_text), the corpus's answers as text for the aligned one where the
+    profile sets components.teacher_answers (rule teacher_answers), the shared cache otherwise."""
+    if variant == "aligned" and TEACHER_ANSWERS:
+        return f".cache/components/{P.name}/teacher_answers.pt", teacher_flags(C["corpus"], TEACHER_ANSWERS)
     if BILDR.LABELS[variant] == "text":
         return f".cache/components/{P.name}/teacher_text.pt", teacher_flags(C["corpus"], TEACHER_TEXT)
     return f".cache/components/{P.name}/teacher.pt", teacher_flags(C["corpus"], C["teacher"])

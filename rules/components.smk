@@ -10,6 +10,9 @@ COMP = f".cache/components/{P.name}"
 C = P.raw["components"]
 # the settings of a pass over ShareGPT's reference replies (rule teacher_text), where a profile has one
 TEACHER_TEXT = {"source": "sharegpt", **C["teacher_text"]} if "teacher_text" in C else None
+# the corpus's training shards as text, not passed (rule teacher_answers), where a profile sets it
+TEACHER_ANSWERS = ({"source": "corpus", "corpus_tokens": None, "pass_dtype": "none", **C["teacher_answers"]}
+                   if "teacher_answers" in C else None)
 
 
 rule selfdistill_corpus:
@@ -54,6 +57,24 @@ if TEACHER_TEXT:
         threads: rule_threads("teacher_cache")
         resources: **rule_resources("teacher_cache")
         params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_TEXT)
+        shell:
+            "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
+            " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+# The corpus's training shards as a text set (their answers are the model's own greedy tokens:
+# BiLD's aligned small model learns them with text labels, as the paper fine-tunes on the large
+# model's generated outputs): no pass over them, only the held-out shard's (minutes, not hours).
+if TEACHER_ANSWERS:
+    rule teacher_answers:
+        input: model_files(), **teacher_inputs(TEACHER_ANSWERS)
+        output: cache=f"{COMP}/teacher_answers.pt", stats=f"{COMP}/teacher_answers_stats.json"
+        conda: "../env.yml"
+        log: f"{LOGS}/teacher_answers.log"
+        benchmark: f"{BENCH}/teacher_answers.tsv"
+        threads: rule_threads("teacher_cache")
+        resources: **rule_resources("teacher_cache")
+        params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_ANSWERS)
         shell:
             "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
             " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"

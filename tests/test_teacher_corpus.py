@@ -202,6 +202,38 @@ def test_reference_text_is_trained_on_and_the_corpus_held_out_shard_evaluates(mo
         distill(model, data, 1, tmp_path / "k", cfg, stop=stop, labels="topk")
 
 
+def test_corpus_answers_as_text_are_not_passed_and_their_text_labels_are_the_greedy_tokens(model, built, tmp_path,
+                                                                                        monkeypatch):
+    """pass_dtype none (BiLD's aligned small model, rule teacher_answers): the training shards
+    become a text set without a forward pass, the held-out shard is passed as always, and the
+    text labels at the answer positions are the passed set's greedy labels there (a greedy
+    corpus generated in the pass's dtype, fp32 here, and whole prompts: a prompt cut by
+    max_prompt_tokens conditions the pass on less than the answer was generated from)."""
+    passes = {"n": 0}
+    real = teacher.teacher_pass
+
+    def counting(*a, **kw):
+        passes["n"] += 1
+        return real(*a, **kw)
+    monkeypatch.setattr(teacher, "teacher_pass", counting)
+    text = teacher.load_or_build(tmp_path / "a.pt", model, None, None, 0, 0, 0, topk=4,
+                                 corpus_dir=built, pass_dtype="none")
+    assert passes["n"] == 1  # the held-out shard only
+    assert "train_pass" not in text["wall_s"] and text["key"]["pass_dtype"] == "none"
+    passed = teacher.load_or_build(tmp_path / "b.pt", model, None, None, 0, 0, 0, topk=4,
+                                   corpus_dir=built, pass_dtype="float32")
+    tr, ref = text["train"], passed["train"]
+    assert tr.ids.tolist() == ref.ids.tolist() and tr.start.tolist() == ref.start.tolist()
+    assert tr.top_idx.shape == (tr.n_tokens, 0) and tr.argmax.numel() == 0
+    assert torch.equal(text["heldout"].argmax, passed["heldout"].argmax)
+    pos = tr.answer_positions()
+    assert torch.equal(teacher.HardLabels.TEXT.at(tr, pos), teacher.HardLabels.GREEDY.at(ref, pos))
+    with pytest.raises(UserError, match="greedy labels need the model's predictions"):
+        teacher.HardLabels.GREEDY.at(tr, pos)
+    with pytest.raises(UserError, match="pass_dtype='half' is unknown; valid: bfloat16, float32, none"):
+        teacher.from_corpus(model, built, tmp_path / "p", pass_dtype="half")
+
+
 def test_text_sequences_need_the_corpus(tmp_path):
     import argparse
     ap = argparse.ArgumentParser()
