@@ -24,6 +24,7 @@ On CUDA the packed linears are skipped (cuBLAS needs no repacking).
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 from torch import nn
@@ -82,11 +83,62 @@ class PackedLinear(nn.Module):
         shape = x.shape
         flat = x.reshape(-1, shape[-1]).contiguous()
         bias = None if self.bias is None else self.bias.detach()
-        y = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight(), bias, "none", [], "")
+        if flat.shape[0] == 1 and one_row_dense(self.weight.detach(), self.packed_weight(), bias):
+            y = nn.functional.linear(flat, self.weight.detach(), bias)  # one row: this CPU's faster kernel
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight(), bias, "none", [], "")
         return y.view(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
+
+
+# One row (a greedy step, a draft's step) is a matrix-vector product, where the best kernel
+# depends on the CPU: on an Intel Xeon of family 6 model 106 (AVX-512) MKL's dense GEMV ran the
+# embedded model's layer matrices 2-3x faster than the packed kernel, and a vanilla step on the
+# packed path took longer than on transformers' stock path (rule cost_curve there), while the
+# packed copy serves several rows best everywhere. So one row takes whichever kernel measures
+# faster on the machine it runs on. Measured once per (shape, dtype, threads) in a process; the choice is kept, so
+# every decoder of a run computes a one-row forward the same way (the lossless contract).
+_ONE_ROW: dict[tuple, bool] = {}
+ONE_ROW_MARGIN = 0.9  # the dense kernel must take under 90% of the packed one's time: near ties stay packed
+
+
+def _median_us(fn, calls: int, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t) / calls * 1e6)
+    return sorted(times)[len(times) // 2]
+
+
+def one_row_dense(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether a one-row input (``[1, in]``) runs faster through the dense ``[out, in]`` weight
+    (``F.linear``: MKL's GEMV) than through its oneDNN-packed copy on this CPU: the two timed
+    interleaved on a random row, the dense one chosen only below :data:`ONE_ROW_MARGIN` of the
+    packed one's median. Cached per ``(out, in, bias, dtype, threads)`` for the process."""
+    key = (*weight.shape, bias is not None, weight.dtype, torch.get_num_threads())
+    if key not in _ONE_ROW:
+        x = torch.randn(1, weight.shape[1], dtype=weight.dtype, device=weight.device)  # not the default device
+        dense = lambda: nn.functional.linear(x, weight, bias)  # noqa: E731
+        pk = lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")  # noqa: E731
+        calls = max(1, min(20, int(2e6 // weight.numel())))  # ~1-20 calls a round: the LM head is ms
+        for fn in (dense, pk):
+            fn()
+        d, p = [], []
+        for _ in range(5):  # interleaved, so a drift of the machine hits both
+            d.append(_median_us(dense, calls, 1))
+            p.append(_median_us(pk, calls, 1))
+        _ONE_ROW[key] = sorted(d)[2] < ONE_ROW_MARGIN * sorted(p)[2]
+    return _ONE_ROW[key]
+
+
+def one_row_kernels() -> dict[str, str]:
+    """The one-row kernel each linear shape took in this process (``"<out>x<in>": "dense" |
+    "packed"``; a record states it beside ``forward_path``)."""
+    return {f"{k[0]}x{k[1]}": "dense" if v else "packed" for k, v in sorted(_ONE_ROW.items(), key=str)}
 
 
 class WidenedLinear(nn.Module):

@@ -51,6 +51,43 @@ def test_packed_linear_matches_and_never_goes_stale():
         assert torch.allclose(packed(x), lin(x), atol=1e-5)
 
 
+def test_one_row_takes_the_kernel_measured_faster_and_keeps_it(monkeypatch):
+    """A one-row input runs the dense kernel exactly where this CPU measured it faster (the
+    choice is cached per shape, so every decoder of a run computes a step alike); several rows
+    always run the packed copy; the records name each shape's choice."""
+    from common import fast as fast_mod
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 48)
+    packed = PackedLinear(lin)
+    row, rows = torch.randn(1, 1, 32), torch.randn(1, 4, 32)
+    with torch.inference_mode():
+        dense_out = torch.nn.functional.linear(row.reshape(1, 32), lin.weight, lin.bias)
+        packed_out = torch.ops.mkldnn._linear_pointwise(row.reshape(1, 32), packed.packed_weight(), lin.bias,
+                                                         "none", [], "")
+        key = (48, 32, True, torch.float32, torch.get_num_threads())
+        for choice, want in ((True, dense_out), (False, packed_out)):
+            monkeypatch.setitem(fast_mod._ONE_ROW, key, choice)
+            assert torch.equal(packed(row).reshape(1, 48), want)
+            assert fast_mod.one_row_kernels()["48x32"] == ("dense" if choice else "packed")
+        calls = []
+        monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: calls.append(a) or a[0] @ a[1].T + a[2])
+        monkeypatch.setitem(fast_mod._ONE_ROW, key, True)
+        packed(rows)
+        assert calls == []  # several rows: the packed copy, whatever one row chose
+        packed(row)
+        assert len(calls) == 1
+    # measured once: a new shape is timed on its first one-row call, then read from the cache
+    monkeypatch.setattr(fast_mod, "_ONE_ROW", {})
+    timed = []
+    real = fast_mod._median_us
+    monkeypatch.setattr(fast_mod, "_median_us", lambda *a: timed.append(1) or real(*a))
+    with torch.inference_mode():
+        packed(row)
+        n = len(timed)
+        packed(row)
+    assert n == 10 and len(timed) == n and set(fast_mod.one_row_kernels()) == {"48x32"}
+
+
 def test_packed_linear_trains_through_the_dense_path():
     lin = torch.nn.Linear(8, 4)
     packed = PackedLinear(lin)
