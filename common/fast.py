@@ -59,6 +59,7 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self._packed, self._key = None, None
+        self._one_row = None  # ((threads, dtype), dense?): the one-row kernel, decided on first use
         if cpu_supports(self.weight.dtype):
             self.packed_weight()
 
@@ -80,14 +81,23 @@ class PackedLinear(nn.Module):
             # training (the differentiable path), the module was moved off the CPU after packing,
             # or cast to a dtype this CPU's oneDNN cannot pack
             return nn.functional.linear(x, self.weight, self.bias)
+        if x.numel() == self.in_features and self._dense_one_row():
+            # one row, where this CPU's dense GEMV is faster; nothing else on this path: a step
+            # calls ~200 linears, and each microsecond of Python here is a fifth of a millisecond
+            return nn.functional.linear(x, self.weight, self.bias)
         shape = x.shape
         flat = x.reshape(-1, shape[-1]).contiguous()
         bias = None if self.bias is None else self.bias.detach()
-        if flat.shape[0] == 1 and one_row_dense(self.weight.detach(), self.packed_weight(), bias):
-            y = nn.functional.linear(flat, self.weight.detach(), bias)  # one row: this CPU's faster kernel
-        else:
-            y = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight(), bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight(), bias, "none", [], "")
         return y.view(*shape[:-1], self.out_features)
+
+    def _dense_one_row(self) -> bool:
+        """:func:`one_row_dense` for this layer, kept on the module (per thread count and dtype)."""
+        key = (torch.get_num_threads(), self.weight.dtype)
+        if self._one_row is None or self._one_row[0] != key:
+            bias = None if self.bias is None else self.bias.detach()
+            self._one_row = (key, one_row_dense(self.weight.detach(), self.packed_weight(), bias))
+        return self._one_row[1]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"

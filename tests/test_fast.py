@@ -67,17 +67,20 @@ def test_one_row_takes_the_kernel_measured_faster_and_keeps_it(monkeypatch):
         key = (48, 32, True, torch.float32, torch.get_num_threads())
         for choice, want in ((True, dense_out), (False, packed_out)):
             monkeypatch.setitem(fast_mod._ONE_ROW, key, choice)
+            packed._one_row = None  # the module keeps its decision: read it again
             assert torch.equal(packed(row).reshape(1, 48), want)
             assert fast_mod.one_row_kernels()["48x32"] == ("dense" if choice else "packed")
         calls = []
         monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: calls.append(a) or a[0] @ a[1].T + a[2])
         monkeypatch.setitem(fast_mod._ONE_ROW, key, True)
+        packed._one_row = None
         packed(rows)
         assert calls == []  # several rows: the packed copy, whatever one row chose
         packed(row)
         assert len(calls) == 1
     # measured once: a new shape is timed on its first one-row call, then read from the cache
     monkeypatch.setattr(fast_mod, "_ONE_ROW", {})
+    packed._one_row = None
     timed = []
     real = fast_mod._median_us
     monkeypatch.setattr(fast_mod, "_median_us", lambda *a: timed.append(1) or real(*a))
