@@ -158,6 +158,17 @@ def test_firp_analyses_measure_on_the_held_out_shard(model, built):
             maps_cli("x", ["--model", "m", "--maps", "m", "--out", "o.jsonl", *extra])
 
 
+def count_passes(monkeypatch) -> dict:
+    """``{"n": teacher passes run so far}``, counted through a wrapper of ``teacher.teacher_pass``."""
+    passes, real = {"n": 0}, teacher.teacher_pass
+
+    def counting(*a, **kw):
+        passes["n"] += 1
+        return real(*a, **kw)
+    monkeypatch.setattr(teacher, "teacher_pass", counting)
+    return passes
+
+
 def test_reference_text_is_trained_on_and_the_corpus_held_out_shard_evaluates(model, built, tmp_path, monkeypatch):
     """BiLD's unaligned small model (--text-sequences): ShareGPT's text after the corpus's
     held-out prompts trains, the held-out shard evaluates, and the text costs no forward pass."""
@@ -171,14 +182,8 @@ def test_reference_text_is_trained_on_and_the_corpus_held_out_shard_evaluates(mo
     def stand_in(tok, n, skip, max_len, max_prompt_tokens):
         asked.update(n=n, skip=skip, max_len=max_len, max_prompt_tokens=max_prompt_tokens)
         return text[:n]
-    passes = {"n": 0}
-    real = teacher.teacher_pass
-
-    def counting(*a, **kw):
-        passes["n"] += 1
-        return real(*a, **kw)
     monkeypatch.setattr(teacher, "sharegpt_text", stand_in)
-    monkeypatch.setattr(teacher, "teacher_pass", counting)
+    passes = count_passes(monkeypatch)
     data = teacher.load_or_build(tmp_path / "tt.pt", model, None, None, 0, 0, 0, max_len=40, max_prompt_tokens=7,
                                  topk=4, corpus_dir=built, text_sequences=4)
     recipe = corpus.read_manifest(built)["recipe"]
@@ -209,13 +214,7 @@ def test_corpus_answers_as_text_are_not_passed_and_their_text_labels_are_the_gre
     text labels at the answer positions are the passed set's greedy labels there (a greedy
     corpus generated in the pass's dtype, fp32 here, and whole prompts: a prompt cut by
     max_prompt_tokens conditions the pass on less than the answer was generated from)."""
-    passes = {"n": 0}
-    real = teacher.teacher_pass
-
-    def counting(*a, **kw):
-        passes["n"] += 1
-        return real(*a, **kw)
-    monkeypatch.setattr(teacher, "teacher_pass", counting)
+    passes = count_passes(monkeypatch)
     text = teacher.load_or_build(tmp_path / "a.pt", model, None, None, 0, 0, 0, topk=4,
                                  corpus_dir=built, pass_dtype="none")
     assert passes["n"] == 1  # the held-out shard only
