@@ -108,20 +108,18 @@ class PackedLinear(nn.Module):
 # embedded model's layer matrices 2-3x faster than the packed kernel, and a vanilla step on the
 # packed path took longer than on transformers' stock path (rule cost_curve there), while the
 # packed copy serves several rows best everywhere. So one row takes whichever kernel measures
-# faster on the machine it runs on. Measured once per (shape, dtype, threads) in a process; the choice is kept, so
-# every decoder of a run computes a one-row forward the same way (the lossless contract).
+# faster on the machine it runs on, measured once per (shape, dtype, threads) in a process and
+# kept, so every decoder of a run computes a one-row forward the same way (the lossless contract).
 _ONE_ROW: dict[tuple, bool] = {}
 ONE_ROW_MARGIN = 0.9  # the dense kernel must take under 90% of the packed one's time: near ties stay packed
 
 
-def _median_us(fn, calls: int, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t) / calls * 1e6)
-    return sorted(times)[len(times) // 2]
+def _mean_us(fn, calls: int) -> float:
+    """Microseconds a call of ``fn``, averaged over ``calls`` calls."""
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t) / calls * 1e6
 
 
 def one_row_dense(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -139,8 +137,8 @@ def one_row_dense(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor
             fn()
         d, p = [], []
         for _ in range(5):  # interleaved, so a drift of the machine hits both
-            d.append(_median_us(dense, calls, 1))
-            p.append(_median_us(pk, calls, 1))
+            d.append(_mean_us(dense, calls))
+            p.append(_mean_us(pk, calls))
         _ONE_ROW[key] = sorted(d)[2] < ONE_ROW_MARGIN * sorted(p)[2]
     return _ONE_ROW[key]
 

@@ -35,7 +35,6 @@ large model's generated outputs); only the held-out shard is passed, in minutes 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -49,7 +48,7 @@ from tqdm import tqdm
 from . import corpus as corpus_mod
 from . import selfdistill
 from .checkpoints import fingerprint
-from .checks import check_device
+from .checks import ArgumentParser, check_device
 from .data import load_dataset_samples
 from .errors import UserError, check_range, cli_main
 from .fast import cast_copy
@@ -322,7 +321,8 @@ def from_corpus(model, corpus_dir: Path, parts: Path, tokens: int | None = None,
         seqs = [seq for s in tqdm(chosen, desc=f"corpus text ({len(chosen)} shards)", unit="shard")
                 for seq in shard_sequences(corpus_mod.read_shard(corpus_dir / s["file"], s["sha256"]), max_prompt_tokens)]
         train = text_only(seqs)
-        wall = {"heldout_pass": wall["heldout_pass"], "train_text": time.perf_counter() - t}
+        del wall["train_pass"]
+        wall["train_text"] = time.perf_counter() - t
         return {"key": key, "train": train, "heldout": held, "wall_s": wall, "untimed_parts": untimed, "corpus": info}
     same = getattr(torch, pass_dtype) == model.dtype
     runner = model if same else None
@@ -520,7 +520,7 @@ def from_args(a, model, tokenizer) -> dict:
 
 
 def _main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="build the teacher cache (one teacher-forced pass of the base model)")
+    ap = ArgumentParser(description="build the teacher cache (one teacher-forced pass of the base model)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="where the teacher pass runs (cpu, cuda, cuda:N)")

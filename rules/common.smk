@@ -220,7 +220,7 @@ def bild_teacher(variant):
     """``(cache, flags)`` of a BiLD small model of ``variant``: the reference text for the
     unaligned one (rule teacher_text), the corpus's answers as text for the aligned one where the
     profile sets components.teacher_answers (rule teacher_answers), the shared cache otherwise."""
-    if variant == "aligned" and TEACHER_ANSWERS:
+    if variant == "aligned" and BILDR.answers_as_text:
         return f".cache/components/{P.name}/teacher_answers.pt", teacher_flags(C["corpus"], TEACHER_ANSWERS)
     if BILDR.LABELS[variant] == "text":
         return f".cache/components/{P.name}/teacher_text.pt", teacher_flags(C["corpus"], TEACHER_TEXT)
