@@ -23,7 +23,7 @@ from .checks import ArgumentParser, check_device, check_out_path, check_positive
 from .data import load_dataset_samples
 from .decoders import DECODERS, decoder_class, get_decoder
 from .errors import UserError, check_range, cli_main, unknown
-from .fast import one_row_kernels
+from .fast import few_rows_kernels
 from .hardware import PeakMemory, code_version, describe
 from .models import load_model
 from .prompts import TEMPLATES, TRUNCATE, fit_prompt
@@ -242,7 +242,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
             "code_version": args.code_version, "forward_path": "stock" if args.stock else "fast",
-            "one_row_kernels": {} if args.stock else one_row_kernels(),  # chosen by the warm-up's steps
+            "few_rows_kernels": {} if args.stock else few_rows_kernels(),  # chosen by the warm-up's steps
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, **model_digest(args.model)}
     components = {label: component_digests(cfgs.get(label, {})) for label in decoders}
     records = []

@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from .errors import UserError, cli_main
-from .fast import one_row_kernels, stock_copy
+from .fast import few_rows_kernels, stock_copy
 from .hardware import code_version, describe
 from .models import load_model
 from .records import JsonlWriter
@@ -138,8 +138,8 @@ def main(argv=None) -> None:
     models = {p: (model if p == "fast" or "fast" not in paths else stock_copy(model)) for p in paths}
     rows = cost_curve(models, qs, a.context, a.rounds)
     with JsonlWriter(a.out) as w:
-        for row in rows:  # the fast path's one-row kernels, as its q=1 rounds chose them
-            w.write({**row, **meta, **({"one_row_kernels": one_row_kernels()} if row.get("forward_path") == "fast" else {})})
+        for row in rows:  # the fast path's few-row kernels, as its first small-q rounds chose them
+            w.write({**row, **meta, **({"few_rows_kernels": few_rows_kernels()} if row.get("forward_path") == "fast" else {})})
     for row in rows:
         print(f"{row['forward_path']:>5} q={row['q']:>3}  {row['ms']:8.2f} ms  x{row['ratio']:.2f}")
 

@@ -59,7 +59,7 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self._packed, self._key = None, None
-        self._one_row = None  # ((threads, dtype), dense?): the one-row kernel, decided on first use
+        self._few_rows = None  # ((threads, dtype), dense? per row count 1..FEW_ROWS): decided on first use
         if cpu_supports(self.weight.dtype):
             self.packed_weight()
 
@@ -81,9 +81,10 @@ class PackedLinear(nn.Module):
             # training (the differentiable path), the module was moved off the CPU after packing,
             # or cast to a dtype this CPU's oneDNN cannot pack
             return nn.functional.linear(x, self.weight, self.bias)
-        if x.numel() == self.in_features and self._dense_one_row():
-            # one row, where this CPU's dense GEMV is faster; nothing else on this path: a step
-            # calls ~200 linears, and each microsecond of Python here is a fifth of a millisecond
+        rows = x.numel() // self.in_features
+        if 0 < rows <= FEW_ROWS and self._dense_rows()[rows - 1]:
+            # a few rows, where this CPU's dense GEMV/GEMM is faster; nothing else on this path: a
+            # step calls ~200 linears, and each microsecond of Python here is a fifth of a millisecond
             return nn.functional.linear(x, self.weight, self.bias)
         shape = x.shape
         flat = x.reshape(-1, shape[-1]).contiguous()
@@ -91,27 +92,30 @@ class PackedLinear(nn.Module):
         y = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight(), bias, "none", [], "")
         return y.view(*shape[:-1], self.out_features)
 
-    def _dense_one_row(self) -> bool:
-        """:func:`one_row_dense` for this layer, kept on the module (per thread count and dtype)."""
+    def _dense_rows(self) -> tuple[bool, ...]:
+        """:func:`few_rows_dense` for this layer, kept on the module (per thread count and dtype)."""
         key = (torch.get_num_threads(), self.weight.dtype)
-        if self._one_row is None or self._one_row[0] != key:
+        if self._few_rows is None or self._few_rows[0] != key:
             bias = None if self.bias is None else self.bias.detach()
-            self._one_row = (key, one_row_dense(self.weight.detach(), self.packed_weight(), bias))
-        return self._one_row[1]
+            self._few_rows = (key, few_rows_dense(self.weight.detach(), self.packed_weight(), bias))
+        return self._few_rows[1]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
-# One row (a greedy step, a draft's step) is a matrix-vector product, where the best kernel
-# depends on the CPU: on an Intel Xeon of family 6 model 106 (AVX-512) MKL's dense GEMV ran the
-# embedded model's layer matrices 2-3x faster than the packed kernel, and a vanilla step on the
-# packed path took longer than on transformers' stock path (rule cost_curve there), while the
-# packed copy serves several rows best everywhere. So one row takes whichever kernel measures
-# faster on the machine it runs on, measured once per (shape, dtype, threads) in a process and
-# kept, so every decoder of a run computes a one-row forward the same way (the lossless contract).
-_ONE_ROW: dict[tuple, bool] = {}
-ONE_ROW_MARGIN = 0.9  # the dense kernel must take under 90% of the packed one's time: near ties stay packed
+# One row (a greedy step, a draft's step) is a matrix-vector product, and a few rows (a short
+# speculative block, a pipelined step) nearly one, where the best kernel depends on the CPU: on an
+# Intel Xeon of family 6 model 106 (AVX-512) MKL's dense GEMV ran the embedded model's layer
+# matrices 2-3x faster than the packed kernel at one row, and the stock path's T(2) was below the
+# packed path's (rule cost_curve there), while the packed copy serves many rows best everywhere.
+# So each row count up to FEW_ROWS takes whichever kernel measures faster on the machine it runs
+# on, all of them measured on a shape's first call of at most FEW_ROWS rows (in a run's warm-up,
+# not inside a timed prompt) and kept for the process, so every decoder of a run computes a given
+# forward the same way (the lossless contract).
+_FEW_ROWS: dict[tuple, tuple[bool, ...]] = {}
+FEW_ROWS = 4  # beyond: the packed copy (at 4 rows the two measured even on that Xeon, at 8 packed won)
+DENSE_MARGIN = 0.9  # the dense kernel must take under 90% of the packed one's time: near ties stay packed
 
 
 def _mean_us(fn, calls: int) -> float:
@@ -122,31 +126,37 @@ def _mean_us(fn, calls: int) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
-def one_row_dense(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether a one-row input (``[1, in]``) runs faster through the dense ``[out, in]`` weight
-    (``F.linear``: MKL's GEMV) than through its oneDNN-packed copy on this CPU: the two timed
-    interleaved on a random row, the dense one chosen only below :data:`ONE_ROW_MARGIN` of the
-    packed one's median. Cached per ``(out, in, bias, dtype, threads)`` for the process."""
+def few_rows_dense(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> tuple[bool, ...]:
+    """For each row count ``r`` in 1..:data:`FEW_ROWS`, whether an ``[r, in]`` input runs faster
+    through the dense ``[out, in]`` weight (``F.linear``: MKL) than through its oneDNN-packed copy
+    on this CPU: the two timed interleaved on random rows, the dense one chosen only below
+    :data:`DENSE_MARGIN` of the packed one's median. Cached per ``(out, in, bias, dtype,
+    threads)`` for the process; element ``r - 1`` is row count ``r``'s choice."""
     key = (*weight.shape, bias is not None, weight.dtype, torch.get_num_threads())
-    if key not in _ONE_ROW:
-        x = torch.randn(1, weight.shape[1], dtype=weight.dtype, device=weight.device)  # not the default device
-        dense = lambda: nn.functional.linear(x, weight, bias)  # noqa: E731
-        pk = lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")  # noqa: E731
+    if key not in _FEW_ROWS:
         calls = max(1, min(20, int(2e6 // weight.numel())))  # ~1-20 calls a round: the LM head is ms
-        for fn in (dense, pk):
-            fn()
-        d, p = [], []
-        for _ in range(5):  # interleaved, so a drift of the machine hits both
-            d.append(_mean_us(dense, calls))
-            p.append(_mean_us(pk, calls))
-        _ONE_ROW[key] = sorted(d)[2] < ONE_ROW_MARGIN * sorted(p)[2]
-    return _ONE_ROW[key]
+        choice = []
+        for r in range(1, FEW_ROWS + 1):
+            x = torch.randn(r, weight.shape[1], dtype=weight.dtype, device=weight.device)  # not the default device
+            dense = lambda: nn.functional.linear(x, weight, bias)  # noqa: E731
+            pk = lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")  # noqa: E731
+            for fn in (dense, pk):
+                fn()
+            d, p = [], []
+            for _ in range(5):  # interleaved, so a drift of the machine hits both
+                d.append(_mean_us(dense, calls))
+                p.append(_mean_us(pk, calls))
+            choice.append(sorted(d)[2] < DENSE_MARGIN * sorted(p)[2])
+        _FEW_ROWS[key] = tuple(choice)
+    return _FEW_ROWS[key]
 
 
-def one_row_kernels() -> dict[str, str]:
-    """The one-row kernel each linear shape took in this process (``"<out>x<in>": "dense" |
-    "packed"``; a record states it beside ``forward_path``)."""
-    return {f"{k[0]}x{k[1]}": "dense" if v else "packed" for k, v in sorted(_ONE_ROW.items(), key=str)}
+def few_rows_kernels() -> dict[str, str]:
+    """The kernel each linear shape took in this process per row count up to :data:`FEW_ROWS`
+    (``"<out>x<in>": "dense,dense,packed,packed"``, row counts 1, 2, ...; a record states it
+    beside ``forward_path``)."""
+    return {f"{k[0]}x{k[1]}": ",".join("dense" if d else "packed" for d in v)
+            for k, v in sorted(_FEW_ROWS.items(), key=str)}
 
 
 class WidenedLinear(nn.Module):

@@ -51,44 +51,49 @@ def test_packed_linear_matches_and_never_goes_stale():
         assert torch.allclose(packed(x), lin(x), atol=1e-5)
 
 
-def test_one_row_takes_the_kernel_measured_faster_and_keeps_it(monkeypatch):
-    """A one-row input runs the dense kernel exactly where this CPU measured it faster (the
-    choice is cached per shape, so every decoder of a run computes a step alike); several rows
-    always run the packed copy; the records name each shape's choice."""
+def test_few_rows_take_the_kernel_measured_faster_and_keep_it(monkeypatch):
+    """An input of r <= FEW_ROWS rows runs the dense kernel exactly where this CPU measured it
+    faster for r rows (the choice is cached per shape, so every decoder of a run computes a step
+    alike); more rows always run the packed copy; the records name each shape's choices."""
     from common import fast as fast_mod
     torch.manual_seed(0)
     lin = torch.nn.Linear(32, 48)
     packed = PackedLinear(lin)
-    row, rows = torch.randn(1, 1, 32), torch.randn(1, 4, 32)
+    key = (48, 32, True, torch.float32, torch.get_num_threads())
+    few = fast_mod.FEW_ROWS
     with torch.inference_mode():
-        dense_out = torch.nn.functional.linear(row.reshape(1, 32), lin.weight, lin.bias)
-        packed_out = torch.ops.mkldnn._linear_pointwise(row.reshape(1, 32), packed.packed_weight(), lin.bias,
-                                                         "none", [], "")
-        key = (48, 32, True, torch.float32, torch.get_num_threads())
-        for choice, want in ((True, dense_out), (False, packed_out)):
-            monkeypatch.setitem(fast_mod._ONE_ROW, key, choice)
-            packed._one_row = None  # the module keeps its decision: read it again
-            assert torch.equal(packed(row).reshape(1, 48), want)
-            assert fast_mod.one_row_kernels()["48x32"] == ("dense" if choice else "packed")
+        for r in range(1, few + 1):
+            x = torch.randn(1, r, 32)
+            dense_out = torch.nn.functional.linear(x.reshape(r, 32), lin.weight, lin.bias)
+            packed_out = torch.ops.mkldnn._linear_pointwise(x.reshape(r, 32), packed.packed_weight(), lin.bias,
+                                                             "none", [], "")
+            for dense in (True, False):
+                choice = tuple(dense if i == r - 1 else not dense for i in range(few))  # only r's own choice counts
+                monkeypatch.setitem(fast_mod._FEW_ROWS, key, choice)
+                packed._few_rows = None  # the module keeps its decision: read it again
+                assert torch.equal(packed(x).reshape(r, 48), dense_out if dense else packed_out)
+                assert fast_mod.few_rows_kernels()["48x32"].split(",")[r - 1] == ("dense" if dense else "packed")
         calls = []
         monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: calls.append(a) or a[0] @ a[1].T + a[2])
-        monkeypatch.setitem(fast_mod._ONE_ROW, key, True)
-        packed._one_row = None
-        packed(rows)
-        assert calls == []  # several rows: the packed copy, whatever one row chose
-        packed(row)
-        assert len(calls) == 1
-    # measured once: a new shape is timed on its first one-row call, then read from the cache
-    monkeypatch.setattr(fast_mod, "_ONE_ROW", {})
-    packed._one_row = None
+        monkeypatch.setitem(fast_mod._FEW_ROWS, key, (True,) * few)
+        packed._few_rows = None
+        packed(torch.randn(1, few + 1, 32))
+        assert calls == []  # more rows: the packed copy, whatever the few rows chose
+        packed(torch.randn(1, 1, 32))
+        packed(torch.randn(few, 32))
+        assert len(calls) == 2
+    # measured once: a new shape times every row count on its first small call, then reads the cache
+    monkeypatch.setattr(fast_mod, "_FEW_ROWS", {})
+    packed._few_rows = None
     timed = []
     real = fast_mod._mean_us
     monkeypatch.setattr(fast_mod, "_mean_us", lambda *a: timed.append(1) or real(*a))
     with torch.inference_mode():
-        packed(row)
+        packed(torch.randn(1, 1, 32))
         n = len(timed)
-        packed(row)
-    assert n == 10 and len(timed) == n and set(fast_mod.one_row_kernels()) == {"48x32"}
+        packed(torch.randn(1, 2, 32))
+        packed(torch.randn(1, 1, 32))
+    assert n == 10 * few and len(timed) == n and set(fast_mod.few_rows_kernels()) == {"48x32"}
 
 
 def test_packed_linear_trains_through_the_dense_path():
