@@ -186,6 +186,19 @@ meta["quality measure"] = ("no loss / within one point are decided, as in the pa
                            "(`quality`, against the stand-in's ShareGPT replies); `quality_vs_large` scores the same "
                            "setting against the large model's own greedy output (100 = identical), the measure of what "
                            "BiLD loses here, and `agree_tokens` the share of its tokens kept")
+# The cross-method label `bild@noloss` (cross.table, the study) is configured as this table's aligned
+# summarize no-loss cell; say whether it still is, since that cell moves with each retrained small model.
+noloss = dict(R.profile.cross.decoder_config.get("bild@noloss") or {}) or None
+cell = grid[(grid.task == "summarize") & (grid.variant == "aligned")]
+best = best_settings(cell)["no_loss"] if len(cell) else None
+if noloss is not None and best is not None:
+    at = cell.set_index("decoder").loc[best["decoder"]]
+    ran = (noloss.get("fallback_threshold"), noloss.get("rollback_threshold"))
+    same = ran == (at.fallback_threshold, at.rollback_threshold)  # floats both (the label's numbers, the config's)
+    meta["bild@noloss"] = (f"the config runs fb {ran[0]} / rb {ran[1]} as `bild@noloss` (cross.table, the study); "
+                           f"this table's aligned summarize no-loss cell is {best['decoder']}: "
+                           + ("the same setting" if same else
+                              "another setting (set the config to the cell, then rerun bild_bench and the study)"))
 hit = table[(table.cell == "no_loss") & table.variant.isin(["unaligned", "aligned"])].set_index(["task", "variant"]).speedup
 print(R.trend("a speedup above 1x with no quality loss (per task and variant)", [(x or 0) > 1.0 for x in hit],
               [s > 1.0 for v in ("unaligned", "aligned") for q, s in paper[v]["no_loss"].values()],
