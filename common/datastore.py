@@ -21,9 +21,12 @@ A datastore is a folder:
 * ``suffixes.npy`` - ``[T]`` the suffix array of ``tokens`` (int32 or int64);
 * ``datastore.json`` - what it holds and for which tokenizer: the tokenizer's identity
   (:func:`common.corpus.tokenizer_identity`, a hash of its vocabulary), its name and vocabulary
-  size, the source, counts of sequences and tokens, the size on disk and the build time.
-  Written last (every file atomically), so a folder without it is an unfinished build. A
-  decoder given a datastore of another tokenizer refuses it.
+  size, the source, counts of sequences and tokens, the size on disk and the library. Written
+  last (every file atomically), so a folder without it is an unfinished build. A decoder given
+  a datastore of another tokenizer refuses it. Nothing in the folder depends on when or how
+  fast it was built, so a rebuild of the same text is byte-identical (the same content digest);
+  the build time goes to the stats (``--stats``) only. Folders built before that carried
+  ``build_s`` in this file (tools/weights_status.py recognises them).
 
 Command line (progress bar; size and build time printed and stored in the stats JSON)::
 
@@ -62,7 +65,7 @@ def build_datastore(sequences: Iterable[list[int]], out: Path, vocab_size: int, 
         source: what the sequences are (stored, for the record).
         total: sequence count for the progress bar, when known.
     Returns:
-        The stats stored in ``datastore.json``.
+        The meta stored in ``datastore.json``, plus ``build_s`` (seconds; not stored there).
     """
     from pydivsufsort import divsufsort
     from tqdm import tqdm
@@ -92,12 +95,14 @@ def build_datastore(sequences: Iterable[list[int]], out: Path, vocab_size: int, 
     suffixes = divsufsort(tokens)
     _save_npy(out / TOKENS, tokens)
     _save_npy(out / SUFFIXES, suffixes)
-    stats = {"tokenizer_id": tokenizer_id, "tokenizer": tokenizer_name, "vocab_size": int(vocab_size),
-             "source": source, "sequences": n_seq, "tokens": int(tokens.size - n_seq),
-             "size_bytes": (out / TOKENS).stat().st_size + (out / SUFFIXES).stat().st_size,
-             "build_s": round(time.perf_counter() - t0, 3), "library": f"pydivsufsort {_version()}"}
-    write_json(out / META, stats)
-    return stats
+    meta = {"tokenizer_id": tokenizer_id, "tokenizer": tokenizer_name, "vocab_size": int(vocab_size),
+            "source": source, "sequences": n_seq, "tokens": int(tokens.size - n_seq),
+            "size_bytes": (out / TOKENS).stat().st_size + (out / SUFFIXES).stat().st_size,
+            "library": f"pydivsufsort {_version()}"}
+    # The build time stays out of the meta: a decoder reads the meta, so records digest it
+    # (common.records.content_digest), and a rebuild of the same text must digest the same.
+    write_json(out / META, meta)
+    return {**meta, "build_s": round(time.perf_counter() - t0, 3)}
 
 
 def _version() -> str:

@@ -11,6 +11,7 @@ import torch
 from common.datastore import META, SUFFIXES, TOKENS, build_datastore, open_datastore
 from common.decoders import get_decoder
 from common.errors import UserError, cli_main
+from common.records import content_digest
 
 # 3-token suffix [7, 8, 9] is followed by 50 51; the 2-token suffix [8, 9] alone also by 60 61 (twice)
 SEQS = [[1, 7, 8, 9, 50, 51, 52], [2, 3, 8, 9, 60, 61], [4, 8, 9, 60, 61], [5, 6, 30, 31, 32, 33]]
@@ -65,7 +66,7 @@ def test_occurrences_match_brute_force(tmp_path):
 def test_meta_and_refusals(store, tmp_path):
     meta = json.loads((store / META).read_text())
     assert meta["tokenizer_id"] == "tok-a" and meta["tokens"] == sum(map(len, SEQS)) and meta["sequences"] == 4
-    assert meta["size_bytes"] == sum((store / f).stat().st_size for f in (TOKENS, SUFFIXES)) and meta["build_s"] >= 0
+    assert meta["size_bytes"] == sum((store / f).stat().st_size for f in (TOKENS, SUFFIXES)) and "build_s" not in meta
     with pytest.raises(UserError, match="built with tokenizer 'tiny'.*valid: a datastore built for this tokenizer"):
         open_datastore(store, "tok-b")
     with pytest.raises(UserError, match="96-token vocabulary; this model has 64"):
@@ -75,6 +76,14 @@ def test_meta_and_refusals(store, tmp_path):
     with pytest.raises(UserError, match="token id 96 is outside the vocabulary; valid: 0..95"):
         build_datastore([[1, 96]], tmp_path / "bad", 96, "t", "t", "test")
     assert not (tmp_path / "bad" / META).exists() and not list((tmp_path / "bad").glob("*.partial"))
+
+
+def test_a_rebuild_digests_the_same(store, tmp_path):
+    """Records name a datastore by its content digest: a rebuild of the same text (another
+    session's cache, another CPU, another build time) must not read as other weights."""
+    stats = build_datastore(SEQS, tmp_path / "again", 96, "tok-a", "tiny", "test")
+    assert stats["build_s"] >= 0 and {k: v for k, v in stats.items() if k != "build_s"} == json.loads((store / META).read_text())
+    assert content_digest(tmp_path / "again") == content_digest(store)
 
 
 def test_decoder_options_and_stats(store, chaotic_llama, one_thread):
@@ -106,7 +115,8 @@ def test_cli_builds_from_sharegpt_and_decoder_checks_tokenizer(tmp_path, embedde
                             "--stats", str(stats), "--no-progress"]))
     printed = capsys.readouterr().out
     meta = json.loads((out / META).read_text())
-    assert json.loads(stats.read_text()) == meta
+    written = json.loads(stats.read_text())
+    assert written.pop("build_s") >= 0 and written == meta  # the stats: the meta and the build time
     assert meta["tokenizer_id"] == tokenizer_identity(tok) and meta["tokens"] > 1000
     assert f"{meta['tokens']} tokens" in printed and "built in" in printed
     # the embedded model with its datastore: vanilla's tokens; with the tiny model's: refused
