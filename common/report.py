@@ -221,14 +221,15 @@ def weights_status(runs: dict[str, list[dict]], committed: dict[str, float],
     a benchmark loads what its cache holds when it runs. ``state``: ``current`` (the reference's
     weights), ``stale`` (other weights: its benchmark reruns on the reference's), ``unchecked``
     (the only run naming the path, and nothing to compare with). A run that decoded the
-    reference's folder as it was before a file was added to it (``earlier``) is current: the same
-    weights, and its ``note`` names the file.
+    reference's folder as it was before a file was added to it, or with a file as an older writer
+    wrote it (``earlier``), is current: the same weights, and its ``note`` says what differed.
 
     Args:
         runs: run name (a record file) -> its records.
         committed: run name -> when it was last committed (seconds; missing: oldest).
         now: path -> (its digest now, where that copy is).
-        earlier: path -> {the reference folder's digest without one file: that file's name}.
+        earlier: path -> {another digest of the reference's weights: why it differs}, e.g. the
+            folder's digest without one file: "<file> was added to the folder since".
     Returns:
         columns run, path, decoders, decoded, reference, state, note.
     """
@@ -254,7 +255,7 @@ def weights_status(runs: dict[str, list[dict]], committed: dict[str, float],
             elif decoded == {ref}:
                 state = "current"
             elif len(added) == 1 and all(d in earlier.get(path, {}) for d in decoded):
-                state, note = "current", f"the same weights; {next(iter(added))} was added to the folder since"
+                state, note = "current", f"the same weights; {next(iter(added))}"
             else:
                 state = "stale"
             rows.append({"run": name, "path": path, "decoders": ", ".join(sorted(per_run[name][path])),

@@ -2,6 +2,7 @@
 common.report.weights_status (the comparison) and tools/weights_status.py (the references: the
 cache, the trainings' stats, the kept copy, the newest record), and tools/study_status.py's use of it."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,8 @@ def test_the_reference_is_the_local_copy_else_the_newest_record():
 
 def test_a_file_added_to_the_folder_since_is_not_a_retraining():
     runs = {"r": [_rec("medusa@t16", "c/medusa", "before")], "s": [_rec("medusa@t16", "c/medusa", "other")]}
-    t = weights_status(runs, {}, now={"c/medusa": ("after", "cache")}, earlier={"c/medusa": {"before": "vocab.json"}})
+    t = weights_status(runs, {}, now={"c/medusa": ("after", "cache")},
+                       earlier={"c/medusa": {"before": "vocab.json was added to the folder since"}})
     rows = t.set_index("run")
     assert rows.loc["r", "state"] == "current" and "vocab.json was added" in rows.loc["r", "note"]
     assert rows.loc["s", "state"] == "stale" and rows.loc["s", "note"] == ""
@@ -62,7 +64,27 @@ def test_content_digest_without_a_file_is_the_folder_before_it(tmp_path):
     (d / "draft_vocab.json").write_text("[1, 2]")
     assert content_digest(d) != before
     assert content_digest(d, without=("draft_vocab.json",)) == before
-    assert tool.earlier_digests(d) == {before: "draft_vocab.json", content_digest(d, without=("heads.pt",)): "heads.pt"}
+    assert tool.earlier_digests(d) == {before: "draft_vocab.json was added to the folder since",
+                                       content_digest(d, without=("heads.pt",)): "heads.pt was added to the folder since"}
+
+
+def test_a_datastore_rebuilt_since_its_meta_dropped_the_build_time_is_the_same(tmp_path, monkeypatch):
+    """Older builders wrote build_s into datastore.json (and the same JSON as the rule's stats):
+    a record of such a build names the rebuilt folder's arrays under another digest."""
+    from common.datastore import build_datastore
+
+    new = tmp_path / "ds"
+    stats = build_datastore([[1, 2, 3], [2, 3, 4]], new, 8, "t", "t", "test")
+    old = tmp_path / "old"
+    shutil.copytree(new, old)
+    (old / "datastore.json").write_text(json.dumps(stats, indent=1))   # the old builder's meta
+    other = dict(stats, build_s=stats["build_s"] + 1, sequences=3)     # another datastore's stats
+    monkeypatch.setattr(tool, "committed_versions", lambda pattern, root=tool.ROOT: [
+        json.dumps(other, indent=1).encode(), b"not json", json.dumps(stats, indent=1).encode()])
+    found = tool.datastore_meta_digests(new)
+    assert content_digest(old) != content_digest(new)
+    assert list(found) == [content_digest(old)] and "build time" in found[content_digest(old)]
+    assert tool.datastore_meta_digests(tmp_path / "nothing") == {}
 
 
 def _write(path: Path, recs):
@@ -170,3 +192,18 @@ def test_unknown_profile_is_one_error_line():
     p = subprocess.run([sys.executable, str(ROOT / "tools" / "weights_status.py"), "--profile", "nope"],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode != 0 and p.stderr.strip().startswith("error:") and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_committed_versions_reads_every_version_of_a_file(tmp_path):
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    stats = tmp_path / "results" / "cross" / "raw" / "rest_datastore_stats.json"
+    stats.parent.mkdir(parents=True)
+    for text in ("one", "two", "one"):
+        stats.write_text(text)
+        (tmp_path / "other.txt").write_text(text + "x")
+        git("add", "-A")
+        git("commit", "-qm", text, "--allow-empty")
+    assert tool.committed_versions("results/*/raw/*datastore*_stats.json", tmp_path) == [b"one", b"two"]
+    assert tool.committed_versions("results/*/raw/*datastore*_stats.json", tmp_path.parent) == []  # not a checkout

@@ -18,7 +18,9 @@ prints the stale (and unchecked) rows, or every row with ``--all``, and the reco
 A file added to a component's folder since (Medusa's ``draft_vocab.json``) changes its digest as
 a retraining would; where the reference is a local copy, the tool digests it without each of its
 files in turn, and a record that matches one of those decoded the same weights (``current``, with
-a note). A reference taken from the newest record cannot be checked that way.
+a note). So does a REST datastore built before its meta dropped the build time: the tool digests
+the folder with each committed meta of that kind in place. A reference taken from the newest
+record cannot be checked that way.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -95,13 +98,57 @@ def local_copy(path: str, profile: str, root: Path = ROOT) -> tuple[Path, str] |
 
 
 def earlier_digests(folder: Path) -> dict[str, str]:
-    """``{digest of the folder without one of its files: that file}``: what a record that decoded
-    the folder before the file was added to it (Medusa's ``draft_vocab.json``) names."""
+    """``{digest of the folder without one of its files: why}``: what a record that decoded the
+    folder before the file was added to it (Medusa's ``draft_vocab.json``) names."""
     if not folder.is_dir() or kept_digest(folder) != content_digest(folder):  # a kept delta: no files to leave out
         return {}
     files = [f for f in sorted(folder.rglob("*")) if f.is_file() and not any(f.match(g) for g in NOT_DECODED)]
-    return {content_digest(folder, without=(str(f.relative_to(folder)),)): str(f.relative_to(folder))
-            for f in files if len(files) > 1}
+    return {content_digest(folder, without=(str(f.relative_to(folder)),)):
+            f"{f.relative_to(folder)} was added to the folder since" for f in files if len(files) > 1}
+
+
+def committed_versions(pattern: str, root: Path = ROOT) -> list[bytes]:
+    """The bytes of every committed version of the files matching ``pattern`` (a git pathspec
+    glob relative to ``root``), newest first; none outside a git checkout."""
+    log = subprocess.run(["git", "log", "--format=%H", "--name-only", "--", pattern], cwd=root,
+                         capture_output=True, text=True).stdout.split()
+    out, commit = [], None
+    for word in log:
+        if len(word) == 40 and all(c in "0123456789abcdef" for c in word):
+            commit = word
+            continue
+        shown = subprocess.run(["git", "show", f"{commit}:{word}"], cwd=root, capture_output=True)
+        if shown.returncode == 0 and shown.stdout not in out:
+            out.append(shown.stdout)
+    return out
+
+
+def datastore_meta_digests(folder: Path, root: Path = ROOT) -> dict[str, str]:
+    """``{digest: why}`` of a REST datastore folder as builders before ``0dc8821`` wrote it: their
+    ``datastore.json`` carried the build time (``build_s``), so each rebuild of the same text had
+    another digest. The rule's stats record (``results/*/raw/*datastore*_stats.json``) was the same
+    JSON, so each committed version of it that matches this folder's meta but for ``build_s`` is a
+    meta an older build of these arrays wrote: the folder's digest with it in place."""
+    meta_path = folder / "datastore.json"
+    if not meta_path.is_file():
+        return {}
+    meta = json.loads(meta_path.read_text())
+    out = {}
+    for old in committed_versions("results/*/raw/*datastore*_stats.json", root):
+        try:
+            stats = json.loads(old)
+        except ValueError:
+            continue
+        if not isinstance(stats, dict) or "build_s" not in stats or {k: v for k, v in stats.items() if k != "build_s"} != meta:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:  # the folder with the old meta: links, no copies
+            for f in folder.iterdir():
+                if f.is_file() and f.name != meta_path.name:
+                    (Path(tmp) / f.name).symlink_to(f.resolve())
+            (Path(tmp) / meta_path.name).write_bytes(old)
+            out[content_digest(Path(tmp))] = (f"datastore.json carried the build time then "
+                                              f"(build_s {stats['build_s']}; the arrays are these)")
+    return out
 
 
 def status(profile: str, root: Path = ROOT) -> pd.DataFrame:
@@ -122,7 +169,7 @@ def status(profile: str, root: Path = ROOT) -> pd.DataFrame:
         if copy is not None:
             now[path] = (kept_digest(copy[0]), copy[1])  # a kept model folder: the digest of what it rebuilds
             if digests - {now[path][0]}:  # only then can an added file explain a difference
-                earlier[path] = earlier_digests(copy[0])
+                earlier[path] = {**earlier_digests(copy[0]), **datastore_meta_digests(copy[0], root)}
     return weights_status(runs, committed_at(runs, root), now, earlier)
 
 
