@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common.config import load_profile  # noqa: E402
+from common.datastore import META as DATASTORE_META  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import NOT_DECODED, content_digest, read_jsonl  # noqa: E402
 from common.report import decoded_components, weights_status  # noqa: E402
@@ -129,7 +130,7 @@ def datastore_meta_digests(folder: Path, root: Path = ROOT) -> dict[str, str]:
     another digest. The rule's stats record (``results/*/raw/*datastore*_stats.json``) was the same
     JSON, so each committed version of it that matches this folder's meta but for ``build_s`` is a
     meta an older build of these arrays wrote: the folder's digest with it in place."""
-    meta_path = folder / "datastore.json"
+    meta_path = folder / DATASTORE_META
     if not meta_path.is_file():
         return {}
     meta = json.loads(meta_path.read_text())
