@@ -69,6 +69,9 @@ class Recipe:
     batch_size: int = 64            # answers per generate call (tokens/s peaks near 64 here)
     eos: int = 2
     version: int = VERSION
+    # the held-out shard's answer cap (None: answer_tokens); a corpus of longer answers keeps the
+    # 128-token held-out shard of the first corpus, so before/after accuracies compare
+    heldout_answer_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -210,18 +213,38 @@ def make_shard(model, prompts: list[list[int]], first_index: int, answer_tokens:
                  np.arange(first_index, first_index + len(prompts), dtype=np.int64))
 
 
-def sharegpt_prompts(tokenizer, dataset: str, max_prompt_tokens: int) -> Callable[[int, int], list[list[int]]]:
-    """``prompts(start, stop)``: the dataset's first turns ``[start, stop)`` through the chat
-    template, each keeping its last ``max_prompt_tokens`` tokens (the generation prompt)."""
-    from .data import load_dataset_samples
-    from .prompts import encode_prompt
+DATASETS = ("sharegpt", "sharegpt-turns")
 
-    samples = load_dataset_samples(dataset)
+
+def sharegpt_prompts(tokenizer, dataset: str, max_prompt_tokens: int, heldout: int = 64
+                     ) -> Callable[[int, int], list[list[int]]]:
+    """``prompts(start, stop)``: prompts ``[start, stop)`` of ``dataset`` through the chat
+    template, each keeping its last ``max_prompt_tokens`` tokens (the generation prompt).
+
+    ``sharegpt``: the first human turns, alone. ``sharegpt-turns``: every human turn with its
+    conversation so far (:func:`common.data.sharegpt_turns`); its first ``heldout`` prompts are
+    ``sharegpt``'s, so both corpora share one held-out shard. Prompts are encoded only when
+    asked for (a shard at a time).
+    """
+    from .data import load_dataset_samples, sharegpt_turns
+    from .prompts import encode_messages, encode_prompt
+
+    if dataset not in DATASETS:
+        from .errors import unknown
+        raise unknown("corpus dataset", dataset, DATASETS)
+    if dataset == "sharegpt":
+        samples = load_dataset_samples(dataset)
+
+        def prompts(start: int, stop: int) -> list[list[int]]:
+            return [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist()
+                    for s in samples[start:stop]]
+        prompts.total = len(samples)
+        return prompts
+    turns = sharegpt_turns(heldout)
 
     def prompts(start: int, stop: int) -> list[list[int]]:
-        return [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist()
-                for s in samples[start:stop]]
-    prompts.total = len(samples)
+        return [encode_messages(tokenizer, msgs, max_prompt_tokens)[0].tolist() for _, msgs in turns[start:stop]]
+    prompts.total = len(turns)
     return prompts
 
 
@@ -248,7 +271,8 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
 
     if manifest["heldout"] is None:
         t = time.perf_counter()
-        shard = make_shard(model, prompts(0, recipe.heldout), 0, recipe.answer_tokens, recipe.eos, recipe.batch_size)
+        shard = make_shard(model, prompts(0, recipe.heldout), 0, recipe.heldout_answer_tokens or recipe.answer_tokens,
+                           recipe.eos, recipe.batch_size)
         write_shard(out / HELDOUT, shard)
         manifest["heldout"] = {"file": HELDOUT, "sha256": file_sha256(out / HELDOUT), "sequences": len(shard),
                                "answer_tokens": shard.answer_tokens, "dtype": str(model.dtype).replace("torch.", ""),
@@ -346,7 +370,10 @@ def _main(argv=None) -> None:
     ap.add_argument("--out", type=Path, required=True, help="corpus directory (shards + corpus.json)")
     ap.add_argument("--tokens", type=int, default=1_000_000, help="training answer tokens to reach")
     ap.add_argument("--max-shards", type=int, default=None, help="stop after this many new shards")
-    ap.add_argument("--dataset", default="sharegpt")
+    ap.add_argument("--dataset", default="sharegpt", choices=DATASETS,
+                    help="sharegpt: first human turns; sharegpt-turns: every human turn with its conversation so far")
+    ap.add_argument("--heldout-answer-tokens", type=int, default=None,
+                    help="the held-out shard's answer cap (default: --answer-tokens)")
     for f in dataclasses.fields(Recipe):
         if f.name in ("heldout", "shard_prompts", "answer_tokens", "max_prompt_tokens", "batch_size"):
             ap.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default)
@@ -362,6 +389,10 @@ def _main(argv=None) -> None:
         return
     for name in ("heldout", "shard_prompts", "answer_tokens", "max_prompt_tokens", "batch_size"):
         check_range(name, getattr(a, name), 1)
+    if a.heldout_answer_tokens is not None:
+        check_range("heldout_answer_tokens", a.heldout_answer_tokens, 1)
+    if a.out.exists() and not a.out.is_dir():
+        raise UserError(f"--out {a.out} is a file; valid: a corpus directory (new or one to continue)")
     from .records import traced_path
     a.out = traced_path(a.out)  # shards under results/ only from committed code (else one error line)
     if a.threads:
@@ -372,8 +403,8 @@ def _main(argv=None) -> None:
     recipe = Recipe(model=a.model, model_id=model_identity(model), tokenizer_id=tokenizer_identity(tok),
                     dataset=a.dataset, heldout=a.heldout, shard_prompts=a.shard_prompts,
                     answer_tokens=a.answer_tokens, max_prompt_tokens=a.max_prompt_tokens, gen_dtype=a.gen_dtype,
-                    batch_size=a.batch_size, eos=int(eos))
-    prompts = sharegpt_prompts(tok, a.dataset, a.max_prompt_tokens)
+                    batch_size=a.batch_size, eos=int(eos), heldout_answer_tokens=a.heldout_answer_tokens)
+    prompts = sharegpt_prompts(tok, a.dataset, a.max_prompt_tokens, a.heldout)
     build(a.out, model, recipe, prompts, prompts.total, tokens=a.tokens, max_shards=a.max_shards)
     stats = {**summary(a.out), "recipe": dataclasses.asdict(recipe), "goal_tokens": a.tokens}
     if a.stats_out:

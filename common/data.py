@@ -502,3 +502,55 @@ def load_dataset_samples(name: str, n: int | None = None, split: str | None = No
     else:
         raise unknown("dataset", name, [*EMBEDDED, *PAPER_DATASETS, "PATH.jsonl"])
     return list(samples[:n])
+
+
+# ---------------------------------------------------------------- ShareGPT turns (training prompts)
+# Every mined set's first EVAL_MARGIN prompts count as evaluation prompts, whatever n a profile
+# takes today (tests/test_corpus_turns.py checks every profile's n stays within it).
+EVAL_MARGIN = 200
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
+          "bard": "assistant", "assistant": "assistant", "system": "system"}
+
+
+@functools.lru_cache(maxsize=1)
+def evaluation_texts() -> frozenset[str]:
+    """Every prompt text a benchmark here may evaluate on (stripped): MT-Bench's turns,
+    HumanEval's prompts and the first :data:`EVAL_MARGIN` prompts of each mined ShareGPT set.
+    A training prompt never shares a conversation with one of these."""
+    texts = {t for s in _load_mtbench() for t in s.turns}
+    texts |= {s.turns[0] for s in _load_humaneval()}
+    for name in MINED_SETS:
+        texts |= {s.turns[0] for s in _load_sharegpt(name)[:EVAL_MARGIN]}
+    return frozenset(t.strip() for t in texts)
+
+
+@functools.lru_cache(maxsize=4)
+def sharegpt_turns(heldout: int, seed: int = 0) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """Training prompts from every human turn of ShareGPT: ``(id, ((role, text), ...))`` with the
+    conversation so far as context (roles ``user`` / ``assistant`` / ``system``; the last message
+    is the human turn to answer).
+
+    The first ``heldout`` entries are the held-out prompts of plain ``sharegpt`` (its first
+    ``heldout`` first turns, alone), so a corpus of these turns keeps the same held-out shard.
+    The rest is every human turn of every conversation that contains neither a held-out prompt
+    nor an evaluation prompt (:func:`evaluation_texts`) in any human turn, a repeated context
+    kept once, in a seeded shuffled order (a partial corpus samples the whole set).
+    """
+    held = [s for s in _load_sharegpt("sharegpt")[:heldout]]
+    banned = evaluation_texts() | {s.turns[0].strip() for s in held}
+    out, seen = [], set()
+    for n, rec in enumerate(load_sharegpt_conversations()):
+        conv = [(_ROLES.get(t.get("from")), (t.get("value") or "")) for t in rec["conversations"]]
+        conv = [(r, v) for r, v in conv if r and v.strip()]
+        if any(r == "user" and v.strip() in banned for r, v in conv):
+            continue
+        for k, (role, _) in enumerate(conv):
+            if role != "user":
+                continue
+            msgs = tuple(conv[:k + 1])
+            if msgs in seen:
+                continue
+            seen.add(msgs)
+            out.append((f"{rec.get('id', n)}/{k}", msgs))
+    random.Random(seed).shuffle(out)
+    return tuple((s.question_id, (("user", s.turns[0]),)) for s in held) + tuple(out)

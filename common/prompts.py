@@ -64,6 +64,30 @@ def fit_prompt(tokenizer, text: str, template: str = "plain", chat: bool = True,
     return _cut_text(tokenizer, text, template, chat, max_prompt_tokens, truncate, full), full
 
 
+def encode_messages(tokenizer, messages, max_prompt_tokens: int, chars_per_token: int = 8) -> torch.Tensor:
+    """A conversation ``((role, text), ...)`` (roles user / assistant / system, the last one the
+    turn to answer) -> ``[1, S]`` ids through the chat template, keeping the last
+    ``max_prompt_tokens`` tokens (as :func:`encode_prompt`'s ``"last"`` does).
+
+    Only the conversation's last ``chars_per_token * max_prompt_tokens`` characters are
+    templated (whole messages, the first kept one cut at its start), so a 100 k-character
+    conversation costs no more than a short one; a token is ~4 characters here, so the cut lies
+    outside the kept tokens. Without a chat template, the texts are joined with blank lines.
+    """
+    budget, kept = chars_per_token * max_prompt_tokens, []
+    for role, text in reversed(tuple(messages)):
+        kept.append({"role": role, "content": text[-budget:]})
+        budget -= len(text)
+        if budget <= 0:
+            break
+    kept.reverse()
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(kept, add_generation_prompt=True, return_tensors="pt")["input_ids"]
+    else:
+        ids = tokenizer("\n\n".join(m["content"] for m in kept), return_tensors="pt")["input_ids"]
+    return ids[:, -max_prompt_tokens:]
+
+
 def _encode(tokenizer, content: str, chat: bool) -> torch.Tensor:
     if chat and getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": content}],
