@@ -36,7 +36,7 @@ ARTIFACTS = load_artifacts()
 RERUN = bool(config.get("rerun", False))
 # Every rule sees the profile's hub setting; the embedded and smoke profiles never reach it.
 ENV = f"HF_HUB_OFFLINE={int(P.offline)} HF_DATASETS_OFFLINE={int(P.offline)}"
-# ... and the profile's local copies of hub repositories, read before the hub (common.models, common.data):
+# ... and the profile's local copies of hub repositories, read before the hub (common.assets.models, common.assets.data):
 # paper-tiny's tiny stand-ins and dataset fixtures, or a cluster's downloads.
 for _var, _key in (("DECODING_REPRO_MODELS", "model_root"), ("DECODING_REPRO_DATA", "data_root")):
     if P.raw.get(_key):

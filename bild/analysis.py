@@ -1,4 +1,4 @@
-"""From BiLD sweep records (``common.bench`` JSONL with text and references) to the paper's
+"""From BiLD sweep records (``common.harness.bench`` JSONL with text and references) to the paper's
 figures and tables: quality against latency normalised to the large model (Figure 4), and
 its summary (Table 1: best speedup with no quality loss, and within ~1 point); from oracle
 records (:mod:`bild.oracle`) to Figure 2 (quality against the large model's engagement).

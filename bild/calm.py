@@ -14,7 +14,7 @@ The ``calm`` decoder, as BiLD's appendix 7.2.1 configures CALM (greedy, batch 1)
 * its next token is the argmax of the final norm + LM head on the exited state (one head
   shared by every exit; trained with CALM's weighted loss by :mod:`bild.exits`);
 * *state propagation*: each skipped layer ``j > i`` gets the keys/values the exited state would
-  give it had it entered that layer (:meth:`common.target.CausalTarget.append_layer_kv`), so later tokens
+  give it had it entered that layer (:meth:`common.engine.target.CausalTarget.append_layer_kv`), so later tokens
   that run deeper attend to every position at every layer.
 
 ``threshold=1, tau=0`` never exits early: the output is the model's greedy output (a test).
@@ -27,7 +27,7 @@ import torch
 
 from common.decoders.base import DecodeOutput, Decoder, Option
 from common.errors import UserError
-from common.forward import embed, logits_from_hidden, num_layers, rotary
+from common.engine.forward import embed, logits_from_hidden, num_layers, rotary
 
 
 def decaying_threshold(threshold: float, tau: float, t: int, max_len: int) -> float:

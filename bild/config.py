@@ -4,7 +4,7 @@ One config path (house style): ``config/config.yaml`` -> schema validation
 (:func:`common.config.load_profile`) -> :func:`from_profile` here -> rule params / CLIs.
 
 Small models: in the embedded profile the large model's first ``small_layers`` layers + final
-norm + head (the draft family of :mod:`common.draft`), trained twice (``unaligned``: on
+norm + head (the draft family of :mod:`common.components.draft_model`), trained twice (``unaligned``: on
 ShareGPT's reference replies, as the paper fine-tunes its small models on the task's
 references; ``aligned``: on the large model's own greedy outputs, the paper's prediction
 alignment, section 3.5.1). In the paper profile, the paper's released checkpoints per task.
@@ -48,7 +48,7 @@ class TaskConfig:
     metric: str
     fallback: tuple[float, ...]   # alpha_FB grid, each in [0, 1]
     rollback: tuple[float, ...]   # alpha_RB grid (nats), each >= 0
-    template: str = "plain"       # prompt template (common.prompts.TEMPLATES), e.g. T5's "summarize: "
+    template: str = "plain"       # prompt template (common.assets.prompts.TEMPLATES), e.g. T5's "summarize: "
     large: str | None = None      # paper profile: the task's fine-tuned large model
     small: Mapping[str, str] | None = None  # paper profile: {variant: checkpoint}
 
@@ -130,9 +130,9 @@ class OracleConfig:
 @dataclass(frozen=True)
 class ReducedVocabConfig:
     """Beyond the paper: the ``variant`` small model with an LM head over its training labels'
-    ``keep`` most frequent tokens (:mod:`common.reduced_vocab`), swept on ``task`` beside the
+    ``keep`` most frequent tokens (:mod:`common.components.reduced_vocab`), swept on ``task`` beside the
     full head in one run (extra rows of Table 1). ``compact_layers``: also a shallower small
-    model trained with that head from the start (``common.draft --keep``), at the size ratio
+    model trained with that head from the start (``common.components.draft_model --keep``), at the size ratio
     of the paper's T5-small/T5-large pairs, swept in the same run."""
     variant: str
     keep: int

@@ -43,13 +43,13 @@ from pathlib import Path
 
 import torch
 
-from common.acceptance import AcceptanceRule, register_rule
+from common.engine.acceptance import AcceptanceRule, register_rule
 from common.decoders.base import DecodeOutput, Option
 from common.decoders.early_exit import SharedExitTarget
 from common.decoders.speculative import AutoregressiveDraft, resolve_draft
 from common.decoders.tree_loop import Proposer, TreeDecoder
 from common.errors import UserError
-from common.target import make_target, model_kind
+from common.engine.target import make_target, model_kind
 
 from .examples import segments
 
@@ -107,7 +107,7 @@ class BigLittleDecoder(TreeDecoder):
             raise UserError("decoder 'bild' takes small=<model> or exit_layer=<k> (early exit), not both")
         if model_kind(model) != "causal":
             raise UserError("decoder 'bild' with exit_layer needs a causal LM (the early exit runs the "
-                            "model's layer stack, common.forward); encoder-decoders take small=<model>")
+                            "model's layer stack, common.engine.forward); encoder-decoders take small=<model>")
         self.small, self.target = None, SharedExitTarget(model, k)
 
     def rule_options(self) -> dict:

@@ -93,7 +93,7 @@ def example_table(sweep: Sequence[dict], oracle: Sequence[dict], decoder: str, k
     """Figure 10's rows for ``k`` prompts (:func:`pick`) of one task and variant.
 
     Args:
-        sweep: ``common.bench`` records of one sweep (``vanilla`` and ``decoder`` among them).
+        sweep: ``common.harness.bench`` records of one sweep (``vanilla`` and ``decoder`` among them).
         oracle: :mod:`bild.oracle` records of the same task and variant (``small``: the small
             model alone).
     Returns:

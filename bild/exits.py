@@ -16,7 +16,7 @@ head, ``tie_word_embeddings`` off), so a benchmark loads it as the large model: 
 is the paper's reference (the fine-tuned model), ``bild`` with ``exit_layer=k`` its early exit
 and ``calm`` its exits at any layer, all through the same head.
 
-Why not the draft family of :mod:`common.draft` (first ``k`` layers + final norm + head, BiLD's
+Why not the draft family of :mod:`common.components.draft_model` (first ``k`` layers + final norm + head, BiLD's
 separate small model): it trains its own copy of the ``k`` layers, so its keys/values are not
 the large model's and it cannot share its cache, and its head serves the small model alone; the
 early exit of the paper is a path *inside* the large model, one head shared with the last layer.
@@ -46,11 +46,11 @@ from torch import nn
 
 from common.checkpoints import fingerprint
 from common.errors import UserError, check_range, cli_main
-from common.forward import check_layer, num_layers
-from common.medusa import layer_inputs
+from common.engine.forward import check_layer, num_layers
+from common.components.medusa_heads import layer_inputs
 from common.records import content_digest, write_json
-from common.teacher import HardLabels, TeacherData
-from common.training import Stopping, TrainConfig, run_summary, train
+from common.training.teacher import HardLabels, TeacherData
+from common.training.loop import Stopping, TrainConfig, run_summary, train
 
 LABELS = ("text", "greedy")  # HardLabels' values, the CLI's default first
 
@@ -112,7 +112,7 @@ class ExitHead(nn.Module):
 
 def install(model, head: ExitHead):
     """Make ``head`` the model's own final norm and (untied) LM head, in place; returns the model.
-    Every exit of :mod:`common.forward` then reads it, and ``save_pretrained`` stores it."""
+    Every exit of :mod:`common.engine.forward` then reads it, and ``save_pretrained`` stores it."""
     with torch.no_grad():
         model.model.norm.load_state_dict(head.norm.state_dict())
         lm = nn.Linear(head.head.in_features, head.head.out_features, bias=False,
@@ -216,7 +216,7 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
                 stop: Stopping | None = None, curve_path: Path | None = None, exit_layer: int | None = None,
                 labels: str = "text", per_sequence: int | None = None, eval_positions: int | None = 1024) -> dict:
     """Train the shared exit head of ``model`` (frozen) with ``loss``'s weights on the teacher
-    cache (:mod:`common.teacher`), install it, save the model to ``out_dir/model``; returns the
+    cache (:mod:`common.training.teacher`), install it, save the model to ``out_dir/model``; returns the
     stats (also ``out_dir/stats.json``).
 
     Training items are answer positions (at most ``per_sequence`` per training sequence),
@@ -256,15 +256,15 @@ def train_exits(model, teacher: dict, loss: str, out_dir: Path, cfg: TrainConfig
              "states_wall_s": states_wall, **run_summary(out_dir / "train.pt", log, stop, cfg, t0, curve_path),
              "train_sequences": len(tr), "train_tokens": tr.n_tokens, "heldout_sequences": len(held),
              "teacher": teacher["key"], "threads": torch.get_num_threads(),
-             # what the sweeps' records name as model_digest (common.bench): a sweep run before a retraining shows
+             # what the sweeps' records name as model_digest (common.harness.bench): a sweep run before a retraining shows
              "model_digest": content_digest(out_dir / "model")}
     write_json(out_dir / "stats.json", stats)
     return stats
 
 
 def _main(argv=None) -> None:
-    from common import teacher
-    from common.train_cli import component_main
+    from common.training import teacher
+    from common.training.cli import component_main
 
     def add_args(ap):
         ap.add_argument("--loss", required=True, choices=LOSSES,

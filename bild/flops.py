@@ -36,7 +36,7 @@ class Shape:
 
     @classmethod
     def from_row(cls, row: Mapping) -> "Shape":
-        """From a ``bild.models`` record (``layers`` is ``"enc + dec"`` for encoder-decoders)."""
+        """From a ``bild.model_configs`` record (``layers`` is ``"enc + dec"`` for encoder-decoders)."""
         layers = int(str(row["layers"]).split("+")[-1])
         head_dim = row.get("head_dim") or row["d_model"] // row["heads"]
         return cls(int(row["params"]), layers, int(row["heads"]) * head_dim,
@@ -103,10 +103,10 @@ def normalized(records: Sequence[Mapping], decoder: str, large: Shape, small: Sh
 
 
 def model_shapes(rows: Sequence[Mapping], task: str, variant: str) -> tuple[Shape, Shape, bool]:
-    """``(large, small, seq2seq)`` of a task and small-model variant from ``bild.models`` records
+    """``(large, small, seq2seq)`` of a task and small-model variant from ``bild.model_configs`` records
     (the embedded small model's role is ``small``, the paper's ``small (<variant>)``)."""
     mine = {r["role"]: r for r in rows if r["task"] == task}
     small = mine.get(f"small ({variant})") or mine.get("small")
     if "large" not in mine or small is None:
-        raise ValueError(f"bild.models records lack the large or small model of task {task!r} ({variant})")
+        raise ValueError(f"bild.model_configs records lack the large or small model of task {task!r} ({variant})")
     return Shape.from_row(mine["large"]), Shape.from_row(small), mine["large"]["kind"] == "encoder-decoder"

@@ -13,7 +13,7 @@ model (the small model alone); an infinite one always does (the large model's gr
 One record per prompt and threshold (both ends always included: ``setting`` ``small`` and
 ``large``, the rest ``oracle``): the tokens, the text, the reference, ``engaged`` (tokens where
 the large model's prediction was taken, ``p_L(y_small) < threshold``) and ``changed`` (those
-where it differs from the small model's), and provenance as :mod:`common.bench` records have.
+where it differs from the small model's), and provenance as :mod:`common.harness.bench` records have.
 
 All thresholds of a prompt run in one pass (:func:`oracle_decode`): they share every step until
 their choices differ, which only happens where the two models' tokens differ; there the group
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from common.checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from common.errors import UserError, check_range, cli_main
-from common.target import make_target
+from common.engine.target import make_target
 
 
 @dataclass
@@ -138,7 +138,7 @@ def parse_args(argv=None):
     ap.add_argument("--template", default="plain")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-prompt-tokens", default="1024")
-    ap.add_argument("--truncate", default=None, help="left / right / last (common.prompts); default: error")
+    ap.add_argument("--truncate", default=None, help="left / right / last (common.assets.prompts); default: error")
     ap.add_argument("--thresholds", required=True, help="comma-separated p_L thresholds in [0, 1]")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
@@ -153,9 +153,9 @@ def parse_args(argv=None):
 
 def validate(a) -> list[float]:
     """Every check that needs no model; returns the thresholds with both ends added."""
-    from common.bench import parse_prompt_limit
+    from common.harness.bench import parse_prompt_limit
     from common.errors import unknown
-    from common.prompts import TEMPLATES, TRUNCATE
+    from common.assets.prompts import TEMPLATES, TRUNCATE
 
     check_range("max_new_tokens", a.max_new_tokens, 1)
     check_positive_int("n", a.n)
@@ -171,12 +171,12 @@ def validate(a) -> list[float]:
 
 
 def main(argv=None) -> None:
-    from common.bench import encode_prompts
-    from common.data import load_dataset_samples
+    from common.harness.bench import encode_prompts
+    from common.assets.data import load_dataset_samples
     from common.decoders.base import eos_ids
     from common.decoders.speculative import resolve_draft
     from common.hardware import code_version, describe
-    from common.models import load_model
+    from common.assets.models import load_model
     from common.records import JsonlWriter, ResumeLog
 
     a = parse_args(argv)

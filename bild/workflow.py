@@ -1,8 +1,8 @@
 """Workflow parameters: what the Snakemake rules of ``rules/bild.smk`` pass to the entry points.
 
-The entry points are ``python -m common.draft`` (the embedded profile's small models),
+The entry points are ``python -m common.components.draft_model`` (the embedded profile's small models),
 ``python -m bild.exits`` (the early-exit and CALM models' shared exit heads),
-``python -m common.bench`` (one sweep per task and small-model variant: the large model's
+``python -m common.harness.bench`` (one sweep per task and small-model variant: the large model's
 ``vanilla`` beside ``bild`` at every (alpha_FB, alpha_RB) of the task's grid, interleaved per
 prompt, so every latency is normalised within one run; one per early-exit task and exit loss:
 the trained model's ``vanilla`` beside ``bild`` with ``exit_layer`` or ``calm`` at every
@@ -47,10 +47,10 @@ class RuleParams:
         """The large model of a ``{btask}``: the task's fine-tuned checkpoint or the profile's model."""
         return self.task(wildcards).large or self.cfg.model
 
-    LABELS = {"unaligned": "text", "aligned": "greedy"}  # common.draft's hard labels per variant, on a pass
+    LABELS = {"unaligned": "text", "aligned": "greedy"}  # common.components.draft_model's hard labels per variant, on a pass
 
     def variant_labels(self, variant: str) -> str:
-        """common.draft's hard labels for a small model of ``variant``: text where it learns a text
+        """common.components.draft_model's hard labels for a small model of ``variant``: text where it learns a text
         set (the references; the corpus's answers with ``answers_as_text``), else :attr:`LABELS`."""
         return "text" if self.answers_as_text and variant == "aligned" else self.LABELS[variant]
 
@@ -167,7 +167,7 @@ class RuleParams:
 
     # -- beyond the paper: the reduced-vocabulary small model (cfg.reduced_vocab) ----------------
     def reduced_dir(self) -> str:
-        """The reduced small model's checkpoint folder (:mod:`common.reduced_vocab`)."""
+        """The reduced small model's checkpoint folder (:mod:`common.components.reduced_vocab`)."""
         rv = self.cfg.reduced_vocab
         return f"{self.components}/bild_reduced_{rv.variant}_v{rv.keep}/model"
 

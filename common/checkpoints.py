@@ -1,6 +1,6 @@
 """Checkpoint identity: what a trained component is tied to, and reading a finished one.
 
-A checkpoint written by :func:`common.training.train` holds the module, its training state and
+A checkpoint written by :func:`common.training.loop.train` holds the module, its training state and
 an ``identity`` (the config it was trained with, the caller's ``meta``, the number of
 examples). This module is what every reader needs (decoders loading trained heads, tools,
 tests) without the training loop: the base model's :func:`fingerprint`, where a run keeps its
@@ -58,7 +58,7 @@ def read_trained(ckpt_path: Path, hint: str = "train it first") -> dict:
         raise UserError(f"checkpoint {ckpt_path} does not exist; {hint}")
     state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: callers often read only the metadata
     if not isinstance(state, dict) or "identity" not in state or "module" not in state:
-        raise UserError(f"{ckpt_path} is not a checkpoint written by common.training")
+        raise UserError(f"{ckpt_path} is not a checkpoint written by common.training.loop")
     if not state.get("done"):
         raise UserError(f"checkpoint {ckpt_path} is from an unfinished run; rerun training to resume it")
     return state

@@ -33,7 +33,7 @@ PROFILES_DIR = CONFIG_DIR / "profiles"  # <name>.yaml: the profile ``name``
 # Trained components a decoder option may name, and the statistics file each training writes.
 COMPONENTS = ("medusa", "draft", "eagle")
 # The A/A pair: ``vanilla`` run a second time under this label, interleaved per prompt in the
-# same benchmark (python -m common.bench --aa). Two runs of one decoder differ only by the
+# same benchmark (python -m common.harness.bench --aa). Two runs of one decoder differ only by the
 # machine's noise, so their tokens/s ratio is the run's noise floor for every speedup.
 AA_LABEL = "vanilla@aa"
 
@@ -67,7 +67,7 @@ SCHEDULES = ("linear", "cosine")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimizer and schedule of :func:`common.training.train` (AdamW, linear warmup then a
+    """Optimizer and schedule of :func:`common.training.loop.train` (AdamW, linear warmup then a
     ``linear`` decay as Medusa and PPD train, or a ``cosine`` one as prompt decoding does).
     Torch-free, so the workflow can build it while planning.
 

@@ -61,9 +61,9 @@ def cpu_name(cpuinfo: str) -> str | None:
 def cpu_supports(dtype: torch.dtype) -> bool:
     """Whether this CPU's oneDNN has kernels for ``dtype``: fp32 always; bf16 and fp16 only where
     the CPU has the instructions (torch's own check, ``torch.ops.mkldnn._is_mkldnn_bf16_supported``
-    / ``_fp16_``). Without them oneDNN refuses to prepack such a weight (``common.fast``), and
+    / ``_fp16_``). Without them oneDNN refuses to prepack such a weight (``common.engine.fast``), and
     PyTorch's dense bf16 GEMM ran ~5x slower than fp32 on an AMD EPYC of family 25 (AVX2, no
-    AVX-512), so a bf16 copy runs its linears widened there (``common.fast.WidenedLinear``;
+    AVX-512), so a bf16 copy runs its linears widened there (``common.engine.fast.WidenedLinear``;
     docs/operations.md)."""
     if dtype == torch.float32:
         return True
@@ -80,7 +80,7 @@ def bf16_note(dtype: str, device: str = "cpu") -> str | None:
         return None
     return ("note: this CPU has no bf16 kernels (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False): the "
             "bfloat16 pass runs its linear layers on the fp32 units (bf16 operands widened exactly, fp32 sums, bf16 "
-            "results: common.fast.WidenedLinear), at about float32's speed; the recipe's dtype is kept")
+            "results: common.engine.fast.WidenedLinear), at about float32's speed; the recipe's dtype is kept")
 
 
 try:

@@ -229,7 +229,7 @@ class ResumeLog:
 
 # Files of a component folder that no decoder reads: a training's run state (``*.run``), the
 # atomic writers' temporaries, logs and curves, the training record. A kept copy
-# (tools/checkpoints.py) lacks or rewrites them, and must digest like the trained original.
+# (tools/keep_components.py) lacks or rewrites them, and must digest like the trained original.
 NOT_DECODED = ("*.run", "*.partial", "*.jsonl", "stats.json")
 
 

@@ -7,8 +7,8 @@ averaging over all points is what the paper's five random seeds approximate), an
 methods are scored in one pass, so they answer for exactly the same points and labels:
 
 * ``firp``: the trained maps (:mod:`firp.train`), pseudo states through the layers above ``t_i``;
-* ``early_exit``: heads on the anchor's state entering ``t_i`` (:mod:`firp.early_exit`);
-* ``medusa``: the Medusa heads on the last layer's state (:mod:`common.medusa`; its first ``K``),
+* ``early_exit``: heads on the anchor's state entering ``t_i`` (:mod:`firp.exit_heads`);
+* ``medusa``: the Medusa heads on the last layer's state (:mod:`common.components.medusa_heads`; its first ``K``),
   sharing the model's LM head; ``medusa_own``: heads with an LM head each (the paper's Medusa-1,
   like for like), when a second ``--medusa`` folder holds them.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError, cli_main
-from common.forward import final_norm, num_layers
+from common.engine.forward import final_norm, num_layers
 
 from .train import anchor_logits, split_accuracy
 
@@ -42,11 +42,11 @@ def firp_predictor(model, maps, mask_earlier: bool = False):
 
 
 def head_predictor(model, heads, layers: list[int] | None = None):
-    """``(cache, hidden, anchors [B], L) -> [B, K, V]`` of :class:`common.medusa.MedusaHeads`.
+    """``(cache, hidden, anchors [B], L) -> [B, K, V]`` of :class:`common.components.medusa_heads.MedusaHeads`.
 
     ``layers`` None: every head reads the last layer's normed state (Medusa; ``hidden[d]`` is
     already normed); else head ``k`` reads the final norm of ``hidden[layers[k]]``, the state
-    entering that layer (early exit), as :func:`common.medusa.layer_inputs` trains it.
+    entering that layer (early exit), as :func:`common.components.medusa_heads.layer_inputs` trains it.
     """
     def predict(cache, hidden, anchors, L):
         if layers is None:
@@ -58,10 +58,10 @@ def head_predictor(model, heads, layers: list[int] | None = None):
 
 def load_heads(model, folder: Path):
     """``(heads, input_layers or None, meta)`` of a head checkpoint (Medusa or early exit)."""
-    from common.medusa import heads_meta, new_heads
-    from common.training import load_trained, read_trained
+    from common.components.medusa_heads import heads_meta, new_heads
+    from common.training.loop import load_trained, read_trained
 
-    state = read_trained(Path(folder) / "heads.pt", hint="train it first (python -m common.medusa / firp.early_exit)")
+    state = read_trained(Path(folder) / "heads.pt", hint="train it first (python -m common.components.medusa_heads / firp.exit_heads)")
     meta = state["identity"]["meta"]
     want = heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False)))
     if any(meta.get(k) != v for k, v in want.items()):
@@ -85,9 +85,9 @@ def _main(argv=None) -> None:
     from .analysis import maps_cli
 
     def add_args(ap):
-        ap.add_argument("--early-exit", type=Path, required=True, help="folder with heads.pt (python -m firp.early_exit)")
+        ap.add_argument("--early-exit", type=Path, required=True, help="folder with heads.pt (python -m firp.exit_heads)")
         ap.add_argument("--medusa", type=Path, required=True, action="append",
-                        help="folder with heads.pt (python -m common.medusa); twice: heads sharing the LM head "
+                        help="folder with heads.pt (python -m common.components.medusa_heads); twice: heads sharing the LM head "
                              "and heads with their own (the paper's Medusa-1)")
 
     a, model, maps, meta, corpus = maps_cli(
@@ -95,13 +95,13 @@ def _main(argv=None) -> None:
     K = maps.steps
     early, early_layers, early_meta = load_heads(model, a.early_exit)
     if early_layers is None:
-        raise UserError(f"{a.early_exit} must hold early-exit heads (python -m firp.early_exit)")
+        raise UserError(f"{a.early_exit} must hold early-exit heads (python -m firp.exit_heads)")
     medusas = {}  # method -> (heads, folder, meta): "medusa" shares the LM head, "medusa_own" does not
     for folder in a.medusa:
         heads, layers, m = load_heads(model, folder)
         name = "medusa" if m["share_lm_head"] else "medusa_own"
         if layers is not None or name in medusas:
-            raise UserError(f"{folder} must hold Medusa heads (python -m common.medusa), at most one folder "
+            raise UserError(f"{folder} must hold Medusa heads (python -m common.components.medusa_heads), at most one folder "
                             "sharing the LM head and one with their own; valid: --medusa SHARED [--medusa OWN]")
         medusas[name] = (heads, folder, m)
     for name, m in (("early-exit", early_meta), *((n, v[2]) for n, v in medusas.items())):

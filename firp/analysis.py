@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError, cli_main
-from common.forward import final_norm, num_layers
-from common.seqtrain import teacher_forward
+from common.engine.forward import final_norm, num_layers
+from common.training.seqtrain import teacher_forward
 
 from .maps import FirpMaps
 from .train import anchor_logits
@@ -67,8 +67,8 @@ def maps_cli(description: str, argv, add_args=None):
     import argparse
 
     from common.checks import check_device
-    from common.models import load_model
-    from common.training import read_trained
+    from common.assets.models import load_model
+    from common.training.loop import read_trained
 
     from .decoding import new_maps, trained_meta
 
@@ -77,7 +77,7 @@ def maps_cli(description: str, argv, add_args=None):
     ap.add_argument("--maps", type=Path, required=True, help="folder with maps.pt (python -m firp.train)")
     if add_args is not None:
         add_args(ap)
-    ap.add_argument("--corpus-dir", type=Path, default=None, help="the sharded corpus (python -m common.corpus): "
+    ap.add_argument("--corpus-dir", type=Path, default=None, help="the sharded corpus (python -m common.training.corpus): "
                     "its held-out shard")
     ap.add_argument("--heldout-corpus", type=Path, default=None, help="a greedy corpus cache (instead of --corpus-dir)")
     ap.add_argument("--heldout-prompts", type=int, default=32)
@@ -106,11 +106,11 @@ def heldout_answers(a, model, tokenizer) -> list[dict]:
     """The held-out greedy answers ``[{"ids": [L], "start": int}]`` of :func:`maps_cli`'s
     arguments ``a``: the held-out shard of the sharded corpus ``a.corpus_dir`` (refused unless
     written by this model), else the greedy corpus cache ``a.heldout_corpus`` (built on first use)."""
-    from common import selfdistill
+    from common.training import selfdistill
 
     if a.corpus_dir is not None:
-        from common import corpus as corpus_mod
-        from common.teacher import shard_sequences
+        from common.training import corpus as corpus_mod
+        from common.training.teacher import shard_sequences
         corpus_mod.open_corpus(a.corpus_dir, model=model)
         return shard_sequences(corpus_mod.heldout(a.corpus_dir))
     return selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,

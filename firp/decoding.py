@@ -1,9 +1,9 @@
 """FIRP on the shared tree loop: decoder ``firp``.
 
-Each step is one target forward (:meth:`common.target.Target.verify`) over the candidate tree
+Each step is one target forward (:meth:`common.engine.target.Target.verify`) over the candidate tree
 (the root and the candidates the previous step's pseudo states guessed) and, for every tree
 node, ``K`` pseudo states: step ``i`` enters at layer ``t_i`` as an
-:class:`common.forward.Injection` whose states are computed inside the forward from the node's
+:class:`common.engine.forward.Injection` whose states are computed inside the forward from the node's
 own real state there (``W_i h + b_i``). Node ``c``'s step-``i`` pseudo state sits at ``c``'s
 position + ``i`` and attends to ``c``, its ancestors, its own earlier pseudo states (unless
 ``mask_earlier``) and itself; tree nodes never attend to pseudo states, so greedy acceptance is
@@ -20,10 +20,10 @@ from common.decoders.base import Option
 from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepResult, TreeDecoder,
                                        candidates_from_topk, tree_option)
 from common.errors import UserError
-from common.forward import Injection, num_layers
-from common.training import fingerprint, load_trained, save_trained
-from common.tree import TreeBuffers, build_tree, resolve_tree
-from common.tree_search import PRIOR_ACC, best_tree
+from common.engine.forward import Injection, num_layers
+from common.training.loop import fingerprint, load_trained, save_trained
+from common.engine.tree import TreeBuffers, build_tree, resolve_tree
+from common.engine.tree_search import PRIOR_ACC, best_tree
 
 from .maps import FirpMaps
 

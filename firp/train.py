@@ -1,6 +1,6 @@
 """Training FIRP's maps (section 3.2, Eq. 4): only ``W_i, b_i`` learn, the model is frozen.
 
-Data: the model's own greedy answers (:mod:`common.selfdistill`'s corpus), so the teacher for
+Data: the model's own greedy answers (:mod:`common.training.selfdistill`'s corpus), so the teacher for
 an anchor ``q`` is the model's own distribution along its greedy continuation. One frozen
 forward over a sequence gives the cache, the real state of every position at every layer,
 and the teacher's distributions; then, for every anchor of the sequence at once, step ``i``
@@ -30,7 +30,7 @@ Entry point::
     python -m firp.train --model smollm2-135m-instruct --out DIR \
         --corpus .cache/.../seq_corpus.pt --heldout-corpus .cache/.../corpus.pt
 
-writes ``DIR/maps.pt`` (a :mod:`common.training` checkpoint that also holds ``acc``, the
+writes ``DIR/maps.pt`` (a :mod:`common.training.loop` checkpoint that also holds ``acc``, the
 held-out top-k accuracy per step the tree search reads), ``DIR/curve.jsonl``, ``DIR/stats.json``.
 """
 from __future__ import annotations
@@ -41,10 +41,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.cache import crop_to
+from common.engine.cache import crop_to
 from common.errors import UserError, check_range, cli_main
-from common.forward import final_norm, num_layers, run_layers
-from common.seqtrain import cuts_loss, teacher_forward
+from common.engine.forward import final_norm, num_layers, run_layers
+from common.training.seqtrain import cuts_loss, teacher_forward
 
 from .maps import FirpMaps
 
@@ -100,7 +100,7 @@ def split_accuracy(model, seqs: list[torch.Tensor], starts: list[int], steps: in
     Args:
         seqs: ``[L]`` token ids each (prompt then greedy answer); ``starts``: where answers start.
         predictors: name -> ``(cache, hidden, anchors [B], L) -> [B, >= steps, V]`` logits, given
-            one frozen forward over the sequence (:func:`common.seqtrain.teacher_forward`: the
+            one frozen forward over the sequence (:func:`common.training.seqtrain.teacher_forward`: the
             cache of its ``L`` positions, which a predictor must leave at ``L``, and the ``d + 1``
             hidden states ``[L, H]``); steps beyond ``steps`` are ignored.
     Returns:
@@ -170,7 +170,7 @@ def make_loss(model, seqs: list[tuple[torch.Tensor, int]], anchors: int, mask_ea
 def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], anchors: int = 16,
                mask_earlier: bool = False, eval_seqs: int = 16, curve_path: Path | None = None) -> dict:
     """Train FIRP's maps for ``layers``; returns the stats (also ``out/stats.json``)."""
-    from common.training import finish_with_accuracy, train
+    from common.training.loop import finish_with_accuracy, train
 
     from .decoding import maps_meta, new_maps
 
@@ -196,8 +196,8 @@ def train_maps(model, data: dict, out: Path, cfg, stop, layers: list[int], ancho
 
 
 def _main(argv=None) -> None:
-    from common import seqtrain
-    from common.train_cli import component_main
+    from common.training import seqtrain
+    from common.training.cli import component_main
 
     from .decoding import default_layers, new_maps
 

@@ -4,7 +4,7 @@ One config path (house style): ``config/config.yaml`` -> schema validation
 (:func:`common.config.load_profile`) -> :func:`from_profile` here -> rule params / CLIs.
 The ``__post_init__`` checks repeat the schema's ranges so that the dataclasses are safe to
 build from Python too (tests, notebooks); layer indices are checked against the model's depth
-where the model is loaded (:func:`common.forward.check_layer`).
+where the model is loaded (:func:`common.engine.forward.check_layer`).
 """
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def check_probed_layers(layers, depth: int | None = None) -> None:
 class TaskConfig:
     """One of Table 1's tasks on the profile's data: the paper's set or its offline stand-in."""
     name: str              # squad | wmt | cnn_dm
-    dataset: str           # common.data registry name
-    template: str          # common.prompts.TEMPLATES name
+    dataset: str           # common.assets.data registry name
+    template: str          # common.assets.prompts.TEMPLATES name
     n: int                 # prompts
     max_new_tokens: int    # 16 for SQuAD, 128 for WMT and CNN/DM in the paper
 
@@ -67,7 +67,7 @@ class HeadsConfig(TrainConfig):
     sequences: int = 64        # training conversations (first human turn + gpt reply)
     holdout: int = 8           # held-out conversations (the learning curve, the before/after check)
     max_len: int = 256         # tokens per sequence (paper: 2048)
-    # Early stopping (common.training.Stopping) on the held-out match with the final layer;
+    # Early stopping (common.training.loop.Stopping) on the held-out match with the final layer;
     # eval_every None: train every epoch without a curve (the paper's fixed 3 epochs).
     eval_every: int | None = None
     patience: int = 3
@@ -106,7 +106,7 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class Table3Config:
-    """Section 5 (Table 3): greedy vs PPD with k + 1 real workers, through common.bench."""
+    """Section 5 (Table 3): greedy vs PPD with k + 1 real workers, through common.harness.bench."""
     model: str
     tasks: tuple[str, ...] = ("cnn_dm", "squad")
     ks: tuple[int, ...] = (1, 3)

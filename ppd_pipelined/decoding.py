@@ -54,7 +54,7 @@ from torch import nn
 
 from common.decoders.base import DecodeOutput, Decoder, Option
 from common.errors import UserError, check_range
-from common.forward import check_layer, embed, logits_from_hidden, num_layers
+from common.engine.forward import check_layer, embed, logits_from_hidden, num_layers
 from common.hardware import device_clock
 
 from .workers import GlooPool, SerialPool, early_topk

@@ -2,7 +2,7 @@
 
 For each probed layer ``l`` a vocabulary projection reads the layer's hidden state through
 the model's (frozen) final norm, ``logits = W_l @ norm(hs[l])``, exactly where the decoder's
-exit classifier sits (:func:`common.forward.logits_from_hidden` with ``head=W_l``). Every
+exit classifier sits (:func:`common.engine.forward.logits_from_hidden` with ``head=W_l``). Every
 model weight is frozen; only the heads train, with next-token cross-entropy on ShareGPT
 replies (the paper: "we employ the ShareGPT dataset. We freeze all model parameters excluding
 those of the language modeling classifier"; AdamW, warmup 0.04, weight decay 0).
@@ -16,7 +16,7 @@ Choices the paper leaves open, made here and recorded in the checkpoint:
   evaluation sets (``sharegpt-summarize`` / ``sharegpt-translate``) are excluded;
 * one frozen forward per sequence (``output_hidden_states=True``) feeds every layer's head.
 
-Training runs through :func:`common.training.train` (seeded, tqdm, checkpoint every N steps
+Training runs through :func:`common.training.loop.train` (seeded, tqdm, checkpoint every N steps
 and at the end, resumable to the same result). With ``eval_every`` set it stops early when the
 held-out learning curve flattens (or at ``wall_budget_s``): the watched metric is the mean over
 layers of the held-out top-1 match with the final layer, the quantity Table 2's "Y" rows report
@@ -44,13 +44,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.data import load_dataset_samples
+from common.assets.data import load_dataset_samples
 from common.errors import UserError, cli_main
-from common.forward import num_layers
+from common.engine.forward import num_layers
 from common.hardware import code_version, describe
-from common.prompts import encode_prompt
+from common.assets.prompts import encode_prompt
 from common.records import check_start
-from common.training import Stopping, TrainConfig, fingerprint, load_trained, read_trained, run_path, train
+from common.training.loop import Stopping, TrainConfig, fingerprint, load_trained, read_trained, run_path, train
 
 from .config import HeadsConfig, check_probed_layers
 
@@ -263,7 +263,7 @@ def main(argv=None) -> None:
     check_probed_layers(layers)
     if a.threads:
         torch.set_num_threads(a.threads)
-    from common.models import load_model
+    from common.assets.models import load_model
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
     exclude = excluded_ids([d for d in a.exclude_datasets.split(",") if d])
     summary = train_heads(model, tok, layers, cfg, a.out, a.log, exclude, curve_path=a.curve_out)

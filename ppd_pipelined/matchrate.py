@@ -36,11 +36,11 @@ import torch
 from transformers import DynamicCache
 
 from common.checks import ArgumentParser, check_device, check_out_path, check_positive_int
-from common.data import load_jsonl
+from common.assets.data import load_jsonl
 from common.errors import UserError, check_range, cli_main
-from common.forward import logits_from_hidden, num_layers
+from common.engine.forward import logits_from_hidden, num_layers
 from common.hardware import code_version, describe, device_clock
-from common.prompts import TRUNCATE, fit_prompt
+from common.assets.prompts import TRUNCATE, fit_prompt
 from common.records import JsonlWriter, check_start
 
 from .config import CLASSIFIERS, MAX_TOPK, METHODS, TASKS, check_p, check_probed_layers
@@ -166,7 +166,7 @@ def _model_depth(name: str) -> int | None:
     cannot be read without loading (e.g. a hub id offline: the loader then says why)."""
     from transformers import AutoConfig
 
-    from common.models import resolve
+    from common.assets.models import resolve
 
     src = resolve(name)  # an unknown model or a folder that is no model folder: UserError here
     try:
@@ -208,7 +208,7 @@ def run(a) -> list[dict]:
     samples = load_jsonl(a.prompts)[: a.n]
     if a.threads is not None:
         torch.set_num_threads(a.threads)
-    from common.models import load_model
+    from common.assets.models import load_model
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
     check_probed_layers(layers, num_layers(model))
     heads = None

@@ -12,7 +12,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from common.render import Render as _Render, paper_numbers as _paper_numbers
+from common.harness.render import Render as _Render, paper_numbers as _paper_numbers
 
 from .config import from_profile
 
@@ -25,7 +25,7 @@ def paper_numbers(key: str) -> dict:
 
 
 class Render(_Render):
-    """One ``ppdp.*`` render (:class:`common.render.Render`) with PPD's config as ``cfg``."""
+    """One ``ppdp.*`` render (:class:`common.harness.render.Render`) with PPD's config as ``cfg``."""
 
     def __init__(self, artifact_id: str, results_root: str, package: str, profile: str,
                  inputs: list[str] | None = None):

@@ -4,7 +4,7 @@ The templates are :data:`TEMPLATES` (``ppdp-squad``, ``ppdp-wmt``, ``ppdp-cnn_dm
 paper's text verbatim). This module fills their fields
 from a dataset sample and writes the rendered prompts as an MT-Bench-format JSONL, so the
 match-rate runs (:mod:`ppd_pipelined.matchrate`) and the Table 3 benchmark
-(``common.bench --prompts``) see the same prompt text. Each record also names the template,
+(``common.harness.bench --prompts``) see the same prompt text. Each record also names the template,
 its text, the dataset and how the fields were filled (what ``ppdp.table1`` prints).
 
     python -m ppd_pipelined.templates --task squad --dataset mt-bench --template ppdp-squad \
@@ -23,7 +23,7 @@ import argparse
 import string
 from pathlib import Path
 
-from common.data import PAPER_DATASETS, Sample, load_dataset_samples
+from common.assets.data import PAPER_DATASETS, Sample, load_dataset_samples
 from common.errors import UserError, check_range, cli_main, unknown
 from common.records import JsonlWriter
 
@@ -64,7 +64,7 @@ def fields_for(task: str, sample: Sample) -> dict | None:
     text = sample.turns[0]
     hub = sample.category in PAPER_DATASETS
     if task == "squad":
-        if hub:  # common.data joins SQuAD's context and question with a blank line
+        if hub:  # common.assets.data joins SQuAD's context and question with a blank line
             context, _, question = text.rpartition("\n\n")
             return {"context": context, "question": question} if context else None
         return {"context": sample.reference, "question": text} if sample.reference else None

@@ -44,11 +44,11 @@ import weakref
 import torch
 import torch.distributed as dist
 from torch import nn
-from common.fast import accelerate  # importing it registers the fast path's attention
+from common.engine.fast import accelerate  # importing it registers the fast path's attention
 from common.errors import exit_on_sigterm
-from common.forward import embed, logits_from_hidden
+from common.engine.forward import embed, logits_from_hidden
 from common.hardware import device_clock
-from common.target import CausalTarget
+from common.engine.target import CausalTarget
 
 STOP, STEP, SELECT = 0, 1, 2
 TAG_CMD, TAG_RES, TAG_CANDS = 0, 1, 2
@@ -175,7 +175,7 @@ def model_recipe(model) -> tuple:
     The module itself is not pickled: forward hooks (transformers installs closures on every
     layer after one ``output_hidden_states=True`` call) and other attributes may not pickle.
     Returns ``(class, config, {name: parameter or buffer}, fast)``, non-persistent buffers included;
-    ``fast``: the model runs :mod:`common.fast`'s path (each worker packs its own weights).
+    ``fast``: the model runs :mod:`common.engine.fast`'s path (each worker packs its own weights).
     """
     tensors = dict(model.named_parameters(remove_duplicate=False))
     tensors.update(model.named_buffers(remove_duplicate=False))

@@ -2,7 +2,7 @@
 
 The entry points themselves are ``python -m ppd_pipelined.templates`` (Table 1's prompts),
 ``python -m ppd_pipelined.heads`` (intermediate heads), ``python -m ppd_pipelined.matchrate``
-(p_correct runs) and ``python -m common.bench`` (Table 3). :class:`RuleParams` turns one
+(p_correct runs) and ``python -m common.harness.bench`` (Table 3). :class:`RuleParams` turns one
 profile's :class:`~ppd_pipelined.config.PPDConfig` into their arguments, so the rule file holds
 rules only (no functions, no lambdas); the model checkpoint a rule needs comes from
 ``model_files`` in rules/common.smk.

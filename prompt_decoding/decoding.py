@@ -1,13 +1,13 @@
 """Parallel prompt decoding on the shared tree loop: decoder ``prompt_decoding``.
 
-Each step is one target forward (:meth:`common.target.Target.verify`) over
+Each step is one target forward (:meth:`common.engine.target.Target.verify`) over
 
 * the candidate tree: the root (the last committed token) and candidates drawn from the
   guesses the prompt tokens made in the previous step, arranged as a sparse tree;
 * the prompt tokens attached to every tree node, entering as input embeddings
-  (:class:`common.forward.Injection` at layer 0): node ``c``'s prompt token ``j`` sits at
+  (:class:`common.engine.forward.Injection` at layer 0): node ``c``'s prompt token ``j`` sits at
   ``c``'s position + ``j`` + 1 and attends to ``c``, its ancestors and, among its own EPTs, as
-  the EPT mask says (:func:`prompt_decoding.prompts.ept_allow`). Tree nodes never attend to
+  the EPT mask says (:func:`prompt_decoding.prompt_tokens.ept_allow`). Tree nodes never attend to
   prompt tokens, so the candidates' logits are the model's own and greedy acceptance is exact.
 
 The rule accepts a path; the prompt tokens attached to its last node give the next step's
@@ -31,12 +31,12 @@ from common.decoders.base import Option
 from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepResult, TreeDecoder,
                                        candidates_from_topk, tree_option)
 from common.errors import UserError
-from common.forward import Injection
-from common.training import fingerprint, load_trained, save_trained
-from common.tree import TreeBuffers, build_tree, resolve_tree
-from common.tree_search import PRIOR_ACC
+from common.engine.forward import Injection
+from common.training.loop import fingerprint, load_trained, save_trained
+from common.engine.tree import TreeBuffers, build_tree, resolve_tree
+from common.engine.tree_search import PRIOR_ACC
 
-from .prompts import MASKS, Extras, PromptTokens
+from .prompt_tokens import MASKS, Extras, PromptTokens
 from .sparse_tree import StateTree, best_split, static
 
 

@@ -7,7 +7,7 @@ prompt-tuning adapter: ``adapter_config.json`` (``num_special_tokens`` m,
 (or ``.bin``) holding ``prompt_embeddings`` ``[m*n, H]``, prompt token major (their position ids
 repeat each prompt token's position n times); ``weighting_layers.pt`` (``{j}.weight`` ``[1, n]``)
 with ``aggregation_type="weighted"``, ``custom_lm_head.pt`` (``weight`` ``[V, H]``) with a custom
-head. The folder readers are :mod:`common.released`'s.
+head. The folder readers are :mod:`common.components.released_heads`'s.
 
     python -m prompt_decoding.released --src DIR --model vicuna-7b --out DIR
 """
@@ -22,16 +22,16 @@ import torch
 
 from common.checkpoints import save_trained
 from common.errors import UserError, cli_main
-from common.released import check_base, read_json, read_tensors, source_folder, tensor_of, write_provenance
+from common.components.released_heads import check_base, read_json, read_tensors, source_folder, tensor_of, write_provenance
 
 from .decoding import new_prompts, prompts_meta
-from .prompts import Extras
+from .prompt_tokens import Extras
 
 PEFT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 # The authors' attention among a token's prompt tokens -> this repository's EPT mask, where they
 # coincide. Their "decoder" mask is causal over all m*n virtual tokens (an EPT also sees the
 # earlier EPTs of its own prompt token) and their "encoder" mask lets an EPT see only its own
-# prompt token's EPTs; neither is one of prompt_decoding.prompts.MASKS but with n = 1 the
+# prompt token's EPTs; neither is one of prompt_decoding.prompt_tokens.MASKS but with n = 1 the
 # "decoder" one is the causal chain every mask here gives.
 PPD_MASKS = {"ensemble": "ensemble"}
 
@@ -85,7 +85,7 @@ def convert_prompt_tokens(src, model, out: str | os.PathLike) -> dict:
 
 
 def _main(argv=None) -> None:
-    from common.models import DTYPES, load_model
+    from common.assets.models import DTYPES, load_model
 
     ap = argparse.ArgumentParser(description="convert parallel prompt decoding's released prompt tokens")
     ap.add_argument("--src", required=True, help="the authors' adapter folder, or its hub repository id")

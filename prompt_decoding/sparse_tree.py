@@ -20,11 +20,11 @@ right (independent across distances, as Medusa and Sequoia assume):
   a step then commits ``R + 1`` tokens on average (the bonus token).
 
 Construction for ``n_c`` candidates and ``n_p`` prompt tokens per state: the best candidate
-tree of each depth (:func:`common.tree_search.best_tree`), every node given ``m`` prompt tokens,
+tree of each depth (:func:`common.engine.tree_search.best_tree`), every node given ``m`` prompt tokens,
 then tokens removed greedily by smallest loss until ``n_p`` remain (each node keeps >= 1).
 For a total size ``n = n_c + 1 + n_p`` (verified positions), every split is tried and the best
 ``R`` kept; the hardware-aware size maximises ``(R(n) + 1) / (T(n) / T(1))`` over ``n`` with
-``T`` the machine's cost curve (:mod:`common.cost`).
+``T`` the machine's cost curve (:mod:`common.harness.cost_curve`).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import UserError, check_range
-from common.tree_search import best_tree
+from common.engine.tree_search import best_tree
 
 
 def _prob(path, acc) -> float:
@@ -157,7 +157,7 @@ def hardware_size(acc, m: int, sizes, cost) -> dict:
 
     Args:
         sizes: candidate sizes ``n`` (verified positions).
-        cost: ``n -> T(n) / T(1)`` (:func:`common.report.cost_of` over the machine's curve).
+        cost: ``n -> T(n) / T(1)`` (:func:`common.harness.report.cost_of` over the machine's curve).
     Returns:
         ``{"size", "tau", "cost", "speedup", "table": [{"size", "tau", "cost", "speedup"}, ...]}``.
     """

@@ -36,23 +36,23 @@ from pathlib import Path
 
 import torch
 
-from common.acceptance import Greedy
+from common.engine.acceptance import Greedy
 from common.decoders.base import Option
 from common.decoders.speculative import DRAFT_OPTIONS, perturbed_copy, resolve_draft
 from common.decoders.tree_loop import (Proposal, Proposer, ProposerState, StepResult, TreeDecoder, chain_tree,
                                        tree_option, verify_step)
-from common.target import Target, make_target
-from common.training import save_trained
+from common.engine.target import Target, make_target
+from common.training.loop import save_trained
 
 from .decoding import (SHAPES, PromptProposer, StateTree, load_prompt_tokens, new_prompts, node_prompt_injection,
                        prompts_meta)
-from .prompts import PromptTokens
+from .prompt_tokens import PromptTokens
 
 
 class PromptDraft(Proposer):
     """Proposes the draft's greedy chain of ``gamma`` tokens, made by prompt decoding on the
     draft (:class:`~prompt_decoding.decoding.PromptProposer` on the draft's
-    :class:`~common.target.Target`, verified by the draft's own greedy argmax).
+    :class:`~common.engine.target.Target`, verified by the draft's own greedy argmax).
 
     Args:
         draft: the draft's target adapter (a causal LM).

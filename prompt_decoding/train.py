@@ -1,6 +1,6 @@
 """Training prompt tokens (section 3.3): only the prompt embeddings learn, the model is frozen.
 
-Data: the model's own greedy answers (:mod:`common.seqtrain`'s corpora), so the greedy
+Data: the model's own greedy answers (:mod:`common.training.seqtrain`'s corpora), so the greedy
 continuation from any cut ``t`` inside an answer is the rest of the sequence, and one frozen
 forward over a sequence gives both the context cache of every cut and the teacher's
 distribution at every position. A cut's ``m`` prompt tokens sit at ``t + 1 .. t + m`` (prompt
@@ -31,7 +31,7 @@ random insertion point per sample made cheap by sharing the sequence's forward):
     python -m prompt_decoding.train --model smollm2-135m-instruct --out DIR \
         --corpus .cache/.../pd_corpus.pt --heldout-corpus .cache/.../corpus.pt
 
-writes ``DIR/prompts.pt`` (a :mod:`common.training` checkpoint that also holds ``acc``, the
+writes ``DIR/prompts.pt`` (a :mod:`common.training.loop` checkpoint that also holds ``acc``, the
 held-out top-k accuracy per distance the sparse tree is built from), ``DIR/curve.jsonl`` and
 ``DIR/stats.json``. ``--no-distill`` trains on ShareGPT's reference replies with cross-entropy
 (the paper's ablation): with ``--corpus-dir`` the replies to the same conversations the corpus's
@@ -47,13 +47,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.cache import crop_to
+from common.engine.cache import crop_to
 from common.errors import UserError, check_range, cli_main
-from common.forward import final_norm, num_layers, run_layers
-from common.seqtrain import cuts_loss, teacher_forward
-from common.training import fingerprint, read_trained
+from common.engine.forward import final_norm, num_layers, run_layers
+from common.training.seqtrain import cuts_loss, teacher_forward
+from common.training.loop import fingerprint, read_trained
 
-from .prompts import AGGREGATIONS, MASKS, Extras, PromptTokens
+from .prompt_tokens import AGGREGATIONS, MASKS, Extras, PromptTokens
 
 ALPHA = 0.8  # the decay ratio of eq. 1 (Medusa's head weighting)
 INIT_TEXT = "the next words are"  # the paper initialises from "normal text token embeddings"
@@ -206,7 +206,7 @@ class PromptRecipe:
         init_text: the prompt tokens start from its token embeddings.
         eval_seqs: held-out sequences the learning curve is measured on (the final accuracy
             table uses all of them).
-        extras: Appendix B's options (:class:`prompt_decoding.prompts.Extras`).
+        extras: Appendix B's options (:class:`prompt_decoding.prompt_tokens.Extras`).
         init_from: a finished training's ``prompts.pt`` to start the embeddings from (the
             second stage of the custom head's two-stage training).
     """
@@ -227,14 +227,14 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: Pr
     ``out/stats.json``).
 
     Args:
-        data: :func:`common.seqtrain.from_args` (``train`` and ``heldout`` greedy sequences).
+        data: :func:`common.training.seqtrain.from_args` (``train`` and ``heldout`` greedy sequences).
         recipe: what is trained (:class:`PromptRecipe`).
         curve_path: also copy the learning curve here.
         text_seqs: the no-distillation variant's training sequences (reference replies).
     """
     m, n, mask, cuts, distill = recipe.m, recipe.n, recipe.mask, recipe.cuts, recipe.distill
     init_text, eval_seqs, extras, init_from = recipe.init_text, recipe.eval_seqs, recipe.extras, recipe.init_from
-    from common.training import finish_with_accuracy, train
+    from common.training.loop import finish_with_accuracy, train
 
     from .decoding import new_prompts, prompts_meta
 
@@ -250,7 +250,7 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: Pr
         raise UserError(f"the held-out answers are not this model's own greedy answers (its argmax gives "
                         f"{own:.2f} of their tokens; valid: >= {OWN_GREEDY_MIN}): prompt tokens learn the greedy "
                         "continuation of the model they run on, so build both corpora with it "
-                        "(python -m common.selfdistill --model <it>)")
+                        "(python -m common.training.selfdistill --model <it>)")
 
     def evaluate(p):
         acc = guess_accuracy(model, p, curve_seqs, curve_starts, topk=5)
@@ -271,10 +271,10 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: Pr
 
 
 def _main(argv=None) -> None:
-    from common import seqtrain
-    from common.corpus import read_manifest
-    from common.teacher import corpus_text, sharegpt_text
-    from common.train_cli import component_main
+    from common.training import seqtrain
+    from common.training.corpus import read_manifest
+    from common.training.teacher import corpus_text, sharegpt_text
+    from common.training.cli import component_main
 
     def add_args(ap):
         ap.add_argument("--m", type=int, default=3, help="prompt tokens (guessed distances)")

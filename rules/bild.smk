@@ -22,7 +22,7 @@ wildcard_constraints:
     bildset="|".join(BILD_BENCH["datasets"]) or "(?!)",
 
 
-# The small models come from the draft family's trainer (common.draft) on the shared teacher cache,
+# The small models come from the draft family's trainer (common.components.draft_model) on the shared teacher cache,
 # with hard labels: the reference text (unaligned) or the large model's greedy tokens (aligned).
 rule bild_small:
     input: teacher=lambda w: bild_small_teacher(w)[0], **teacher_inputs(C["teacher"])
@@ -39,7 +39,7 @@ rule bild_small:
         env=ENV, py=PY, p=P, b=BILD, labels=BILDR.labels, d=BILDR.train(C["draft"]),
         teacher=lambda w: bild_small_teacher(w)[1], stop=stopping_flags(BILDR.train(C["draft"])),
     shell:
-        "{params.env} {params.py} -m common.draft --model {params.b.model} --teacher {input.teacher}"
+        "{params.env} {params.py} -m common.components.draft_model --model {params.b.model} --teacher {input.teacher}"
         " {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
         " --out .cache/components/{params.p.name}/bild_small_{wildcards.variant} --stats-out {output.stats}"
         " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
@@ -59,7 +59,7 @@ rule bild_sweep:
         env=ENV, py=PY, p=P, b=BILD, large=BILDR.large, t=BILDR.task, decoders=BILDR.decoders,
         dcfg=BILDR.decoder_config,
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.large} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.large} --decoders {params.decoders}"
         " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
         " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
         " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
@@ -76,7 +76,7 @@ rule bild_models:
     resources: **rule_resources("bild_models")
     params: env=ENV, py=PY, p=P
     shell:
-        "{params.env} {params.py} -m bild.models --profile {params.p.name} --out {output} > {log} 2>&1"
+        "{params.env} {params.py} -m bild.model_configs --profile {params.p.name} --out {output} > {log} 2>&1"
 
 
 # Figure 2's oracle study: the small model decodes, the large model's token replaces its own where
@@ -136,7 +136,7 @@ rule bild_exit_sweep:
         env=ENV, py=PY, p=P, b=BILD, model=BILDR.exit_model, t=BILDR.task, decoders=BILDR.exit_decoders,
         dcfg=BILDR.exit_decoder_config,
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.model} --decoders {params.decoders}"
         " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
         " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
         " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
@@ -159,7 +159,7 @@ rule bild_bench:
         env=ENV, py=PY, p=P, b=BILD_BENCH, n=section_bench_prompts("bild", "bildset"),
         decoders=section_bench_decoders("bild", "bildset"), dcfg=section_bench_config("bild", "bildset"),
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.bildset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
@@ -185,12 +185,12 @@ if BILD.reduced_vocab is not None:
         shell:
             # the checkpoint folders (those of the input's and output's config.json) written out,
             # as bild_small's --out is: a path prefix in params is what --lint rejects
-            f"{{params.env}} {{params.py}} -m common.reduced_vocab --model {BILDR.reduced_source()}"
+            f"{{params.env}} {{params.py}} -m common.components.reduced_vocab --model {BILDR.reduced_source()}"
             f" --teacher {{input.teacher}} --labels {{params.labels}} --keep {{params.rv.keep}} --out {BILDR.reduced_dir()}"
             " --stats-out {output.stats} > {log} 2>&1"
 
     # Beyond the paper: a shallower small model trained with the reduced head from the start
-    # (common.draft --keep), at the paper's small/large size ratio; swept in the same run.
+    # (common.components.draft_model --keep), at the paper's small/large size ratio; swept in the same run.
     if BILDR.compact_dir() is not None:
         COMPACT_TEACHER = bild_teacher(BILD.reduced_vocab.variant)
 
@@ -212,7 +212,7 @@ if BILD.reduced_vocab is not None:
                 stop=stopping_flags(BILDR.train(C["draft"])),
             shell:
                 # the checkpoint folder written out (parent of the output's config.json), as in bild_reduce_vocab
-                f"{{params.env}} {{params.py}} -m common.draft --model {{params.b.model}} --teacher {{input.teacher}}"
+                f"{{params.env}} {{params.py}} -m common.components.draft_model --model {{params.b.model}} --teacher {{input.teacher}}"
                 " {params.teacher} --labels {params.labels} --layers {params.rv.compact_layers} --keep {params.rv.keep}"
                 f" --out {Path(BILDR.compact_dir()).parent} --stats-out {{output.stats}}"
                 " --curve-out {output.curve} {params.stop} --lr {params.d[lr]} --batch-size {params.d[batch_size]}"
@@ -235,7 +235,7 @@ if BILD.reduced_vocab is not None:
             env=ENV, py=PY, p=P, b=BILD, t=BILD.task(BILD.reduced_vocab.task), decoders=BILDR.reduced_decoders,
             dcfg=BILDR.reduced_decoder_config,
         shell:
-            "{params.env} {params.py} -m common.bench --model {params.b.model} --decoders {params.decoders}"
+            "{params.env} {params.py} -m common.harness.bench --model {params.b.model} --decoders {params.decoders}"
             " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
             " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
             " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"

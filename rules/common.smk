@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from common.config import bench_decoders, group_config, labels_config, rule_resources as _rule_resources
-from common.models import MODELS, checkpoint_dir
+from common.assets.models import MODELS, checkpoint_dir
 
 
 def artifact_inputs(aid):
@@ -185,11 +185,11 @@ def parent_of_draft(wildcards, output):
 
 
 def stopping_flags(c):
-    """The early-stopping flags of a component's config (common.training.Stopping)."""
+    """The early-stopping flags of a component's config (common.training.loop.Stopping)."""
     flags = f"--max-epochs {c['max_epochs']} --eval-every {c['eval_every']} --patience {c['patience']}" \
             f" --min-delta {c['min_delta']}"
     flags += f" --wall-budget {c['wall_budget_s']}" if c.get("wall_budget_s") else ""
-    # a step cap also sets the length of the learning-rate schedule (common.training)
+    # a step cap also sets the length of the learning-rate schedule (common.training.loop)
     return flags + (f" --max-steps {c['max_steps']}" if c.get("max_steps") else "")
 
 
@@ -232,7 +232,7 @@ def corpus_inputs(wildcards):
     (results/corpus/), and a fresh clone converts the model after its checkout: a job that makes
     an input replans its consumers whatever ancient() says ("updated by another job"), so a plan
     that converts the model would replan hours of generation. A corpus of another model or recipe
-    is refused by the shards' manifest (common.corpus), not by file times; a forced rerun in a
+    is refused by the shards' manifest (common.training.corpus), not by file times; a forced rerun in a
     clone without the converted model is one error line naming rule prepare."""
     return [] if Path(f"{ROOT}/corpus/{P.name}/stats.json").is_file() else ancient(model_files())
 
@@ -267,7 +267,7 @@ def heldout_flags(wildcards, input):
 
 
 def seq_data_flags(wildcards, input):
-    """``common.seqtrain`` flags: the greedy corpus caches among the inputs (a variant with its own
+    """``common.training.seqtrain`` flags: the greedy corpus caches among the inputs (a variant with its own
     base model, or source greedy), else the sharded corpus."""
     c, s = C["corpus"], C["seqcorpus"]
     rest = (f"--prompts {s['prompts']} --max-prompt-tokens {s['max_prompt_tokens']}"
@@ -421,7 +421,7 @@ def firp_input_folder(key):
 
 
 def head_train_flags(h):
-    """``common.medusa`` trainer flags of a head recipe (components.medusa, or a section's override of it)."""
+    """``common.components.medusa_heads`` trainer flags of a head recipe (components.medusa, or a section's override of it)."""
     share = " --share-lm-head" if h.get("share_lm_head") else ""
     return (f"--heads {h['heads']}{share} --labels {h['labels']} --train-vocab {h['train_vocab']} {stopping_flags(h)}"
             f" --lr {h['lr']} --batch-size {h['batch_size']}")
@@ -462,7 +462,7 @@ def bild_sweep_inputs(wildcards):
 
 
 def eagle_flags(c):
-    """``common.eagle`` flags of the profile's recipe (components.eagle)."""
+    """``common.components.eagle_head`` flags of the profile's recipe (components.eagle)."""
     flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
              f"--head-max-len {c['max_len']}", f"--noise {c['noise']}"]
     return " ".join(flags)

@@ -4,7 +4,7 @@
 # what they are measured on, held out. Training stops when the held-out curve flattens (or at
 # the wall budget). Checkpoints live in the git-ignored cache; statistics and learning curves
 # are copied under results/ for the notebooks.
-from common.medusa import TREE_SIZES
+from common.components.medusa_heads import TREE_SIZES
 
 COMP = f".cache/components/{P.name}"
 C = P.raw["components"]
@@ -25,7 +25,7 @@ rule selfdistill_corpus:
     resources: **rule_resources("selfdistill_corpus")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device
     shell:
-        "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
+        "{params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output}"
         " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
@@ -41,7 +41,7 @@ rule teacher_cache:
     resources: **rule_resources("teacher_cache")
     params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], C["teacher"])
     shell:
-        "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
+        "{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
         " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
@@ -58,7 +58,7 @@ if TEACHER_TEXT:
         resources: **rule_resources("teacher_cache")
         params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_TEXT)
         shell:
-            "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
+            "{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
             " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
@@ -76,7 +76,7 @@ if TEACHER_ANSWERS:
         resources: **rule_resources("teacher_cache")
         params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_ANSWERS)
         shell:
-            "{params.env} {params.py} -m common.teacher --model {params.m} --teacher {output.cache}"
+            "{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
             " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
@@ -96,7 +96,7 @@ rule train_medusa:
         env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_heads,
         teacher=teacher_flags(C["corpus"], C["teacher"]), heads=head_train_flags(C["medusa"]),
     shell:
-        "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
+        "{params.env} {params.py} -m common.components.medusa_heads --model {params.m} --teacher {input.teacher}"
         " {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} {params.heads}"
         " --device {params.dev} --threads {params.t} > {log} 2>&1"
@@ -117,14 +117,14 @@ rule distill_draft:
         env=ENV, py=PY, m=P.model, d=C["draft"], t=P.threads, dev=P.device, out=parent_of_draft,
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(C["draft"]),
     shell:
-        "{params.env} {params.py} -m common.draft --model {params.m} --teacher {input.teacher}"
+        "{params.env} {params.py} -m common.components.draft_model --model {params.m} --teacher {input.teacher}"
         " {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} --layers {params.d[layers]} {params.stop}"
         " --lr {params.d[lr]} --batch-size {params.d[batch_size]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 # The in-forward trainers' data (prompt tokens, FIRP's maps): the base model's greedy answers to
-# the ShareGPT prompts after the held-out ones (common.seqtrain). One rule, so two trainers
+# the ShareGPT prompts after the held-out ones (common.training.seqtrain). One rule, so two trainers
 # running at once never build the same cache.
 rule seq_corpus:
     input: model_files()
@@ -136,13 +136,13 @@ rule seq_corpus:
     resources: **rule_resources("seq_corpus")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
     shell:
-        "{params.env} {params.py} -m common.selfdistill --model {params.m} --out {output}"
+        "{params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output}"
         " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
         " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
 # The authors' released components (the profile's `released`: a folder or hub id each), converted
-# into this repository's folders by common.released, so decoders run them beside the ones trained
+# into this repository's folders by common.components.released_heads, so decoders run them beside the ones trained
 # above (placeholders {medusa_released}, {prompt_tokens_released}). Medusa's trees are built for
 # the released heads' accuracies on the teacher cache's held-out answers, as after training.
 RELEASED = P.raw.get("released") or {}
@@ -165,7 +165,7 @@ if RELEASED.get("medusa"):
         resources: **rule_resources("released_medusa")
         params: env=ENV, py=PY, m=P.model, src=RELEASED["medusa"], out=parent_of_heads, dt=P.dtype, dev=P.device
         shell:
-            "{params.env} {params.py} -m common.released medusa --src {params.src} --model {params.m}"
+            "{params.env} {params.py} -m common.components.released_heads medusa --src {params.src} --model {params.m}"
             " --teacher {input.teacher} --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
 
 if RELEASED.get("prompt_tokens"):
@@ -183,7 +183,7 @@ if RELEASED.get("prompt_tokens"):
             " --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
 
 
-# The sharded self-distillation corpus (common.corpus): the model's own greedy answers, resumable
+# The sharded self-distillation corpus (common.training.corpus): the model's own greedy answers, resumable
 # by shard; the embedded profile's shards are committed under results/corpus/. The rule's output
 # is the summary, not the manifest, so a rerun never deletes what it resumes from. Its input is
 # the converted model only while the corpus is still to be made (corpus_inputs: a fresh clone's
@@ -201,7 +201,7 @@ rule corpus_shards:
     resources: **rule_resources("corpus_shards")
     params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, c=C["corpus_shards"], out=parent_of_stats
     shell:
-        "{params.env} {params.py} -m common.corpus --model {params.m} --out {params.out} --tokens {params.c[tokens]}"
+        "{params.env} {params.py} -m common.training.corpus --model {params.m} --out {params.out} --tokens {params.c[tokens]}"
         " --heldout {params.c[heldout]} --shard-prompts {params.c[shard_prompts]} --answer-tokens {params.c[answer_tokens]}"
         " --max-prompt-tokens {params.c[max_prompt_tokens]} --batch-size {params.c[batch_size]}"
         " --gen-dtype {params.c[gen_dtype]} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
@@ -223,7 +223,7 @@ rule train_eagle:
         env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head,
         teacher=teacher_flags(C["corpus"], C["teacher"]), flags=eagle_flags(C["eagle"]),
     shell:
-        "{params.env} {params.py} -m common.eagle --model {params.m} --teacher {input.teacher} {params.teacher}"
+        "{params.env} {params.py} -m common.components.eagle_head --model {params.m} --teacher {input.teacher} {params.teacher}"
         " --out {params.out}"
         " {params.flags} --stats-out {output.stats} --curve-out {output.curve}"
         " --device {params.dev} --threads {params.t} > {log} 2>&1"

@@ -12,14 +12,14 @@ rule bench_cross:
     params:
         env=ENV, py=PY, p=P, c=P.cross, decoders=group_decoders, dcfg=group_decoder_config,
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {params.c.dataset} --n {params.c.n} --max-new-tokens {params.c.max_new_tokens}"
         " --max-prompt-tokens {params.c.max_prompt_tokens} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
         " --resume --out {output} > {log} 2>&1"
 
 
-# The verification forward's cost T(q) on this machine (common.cost): the hardware curve a
+# The verification forward's cost T(q) on this machine (common.harness.cost_curve): the hardware curve a
 # hardware-aware tree size and the limit column compare against.
 rule cost_curve:
     input: model_files()
@@ -33,12 +33,12 @@ rule cost_curve:
         env=ENV, py=PY, p=P, c=P.raw["cost"], q=",".join(map(str, P.raw["cost"]["q"])),
         paths=",".join(P.raw["cost"].get("paths", ["fast", "stock"])),
     shell:
-        "{params.env} {params.py} -m common.cost --model {params.p.model} --q {params.q}"
+        "{params.env} {params.py} -m common.harness.cost_curve --model {params.p.model} --q {params.q}"
         " --context {params.c[context]} --rounds {params.c[rounds]} --paths {params.paths} --device {params.p.device}"
         " --dtype {params.p.dtype} --threads {params.p.threads} --profile {params.p.name} --out {output} > {log} 2>&1"
 
 
-# REST's datastore (common.datastore): the profile model's tokenizer over ShareGPT's assistant
+# REST's datastore (common.components.rest_datastore): the profile model's tokenizer over ShareGPT's assistant
 # replies, a suffix array, built once; its size and build time land in the stats record.
 rule rest_datastore:
     input: model_files()
@@ -52,7 +52,7 @@ rule rest_datastore:
     resources: **rule_resources("rest_datastore")
     params: env=ENV, py=PY, m=P.model, out=datastore_folder, n=datastore_flags
     shell:
-        "{params.env} {params.py} -m common.datastore --model {params.m} --out {params.out} {params.n}"
+        "{params.env} {params.py} -m common.components.rest_datastore --model {params.m} --out {params.out} {params.n}"
         " --stats {output.stats} > {log} 2>&1"
 
 
@@ -72,7 +72,7 @@ rule study_bench:
         env=ENV, py=PY, p=P, b=P.raw.get("study", {}).get("bench", {}), n=section_bench_prompts("study", "studyset"),
         decoders=section_bench_decoders("study", "studyset"), dcfg=section_bench_config("study", "studyset"),
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.studyset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --aa --decoder-config '{params.dcfg}'"

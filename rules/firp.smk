@@ -47,7 +47,7 @@ rule firp_cosine:
         " --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
 
 
-# Figure 3's early-exit baseline (firp.early_exit): step i's head reads the anchor's state entering
+# Figure 3's early-exit baseline (firp.exit_heads): step i's head reads the anchor's state entering
 # the main maps' layer t_i; trained like the Medusa heads (components.medusa's recipe, teacher cache).
 EXIT_HEADS = {**C["medusa"], **FIRP.get("early_exit", {})}  # the profile's own overrides (its config says why)
 
@@ -68,7 +68,7 @@ rule firp_early_exit:
         share="--share-lm-head" if EXIT_HEADS.get("share_lm_head") else "",
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(EXIT_HEADS),
     shell:
-        "{params.env} {params.py} -m firp.early_exit --model {params.m} --teacher {input.teacher}"
+        "{params.env} {params.py} -m firp.exit_heads --model {params.m} --teacher {input.teacher}"
         " {params.teacher} --out {params.out}"
         " --stats-out {output.stats} --curve-out {output.curve} {params.steps} {params.share}"
         " --labels {params.h[labels]} --train-vocab {params.h[train_vocab]} {params.stop}"
@@ -94,7 +94,7 @@ if MEDUSA_OWN:
             env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_heads,
             teacher=teacher_flags(C["corpus"], C["teacher"]), heads=head_train_flags(MEDUSA_OWN),
         shell:
-            "{params.env} {params.py} -m common.medusa --model {params.m} --teacher {input.teacher}"
+            "{params.env} {params.py} -m common.components.medusa_heads --model {params.m} --teacher {input.teacher}"
             " {params.teacher} --out {params.out}"
             " --stats-out {output.stats} --curve-out {output.curve} {params.heads}"
             " --device {params.dev} --threads {params.t} > {log} 2>&1"
@@ -136,7 +136,7 @@ rule firp_bench:
         env=ENV, py=PY, p=P, b=FIRP["bench"], n=section_bench_prompts("firp", "firpset"),
         decoders=section_bench_decoders("firp", "firpset"), dcfg=section_bench_config("firp", "firpset"),
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.firpset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"

@@ -8,7 +8,7 @@ rule prepare_model:
     threads: rule_threads("prepare_model")
     resources: **rule_resources("prepare_model")
     params: env=ENV, py=PY
-    shell: "{params.env} {params.py} -m common.models convert {wildcards.model} > {log} 2>&1"
+    shell: "{params.env} {params.py} -m common.assets.models convert {wildcards.model} > {log} 2>&1"
 
 
 rule prepare:
@@ -17,7 +17,7 @@ rule prepare:
 
 if STAND_INS_DONE:
     # Tiny random stand-ins of every hub model the profile names, written as local copies of their
-    # repositories (common.stand_ins), with the embedded model's tokenizer.
+    # repositories (common.harness.stand_ins), with the embedded model's tokenizer.
     rule stand_ins:
         input: model_files("smollm2-135m-instruct")
         output: STAND_INS_DONE
@@ -27,4 +27,4 @@ if STAND_INS_DONE:
         threads: rule_threads("stand_ins")
         resources: **rule_resources("stand_ins")
         params: env=ENV, py=PY
-        shell: "{params.env} {params.py} -m common.stand_ins --profile {P.name} > {log} 2>&1"
+        shell: "{params.env} {params.py} -m common.harness.stand_ins --profile {P.name} > {log} 2>&1"

@@ -29,9 +29,9 @@ rule pd_base_corpora:
     resources: **rule_resources("pd_base_corpora")
     params: env=ENV, py=PY, m=pd_train_model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
     shell:
-        "({params.env} {params.py} -m common.selfdistill --model {params.m} --out {output.corpus}"
+        "({params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output.corpus}"
         " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}"
-        " && {params.env} {params.py} -m common.selfdistill --model {params.m} --out {output.seqcorpus}"
+        " && {params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output.seqcorpus}"
         " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
         " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}) > {log} 2>&1"
 
@@ -72,7 +72,7 @@ rule pd_bench:
         env=ENV, py=PY, p=P, b=PD["bench"], n=section_bench_prompts("prompt_decoding", "pdset"),
         decoders=section_bench_decoders("prompt_decoding", "pdset"), dcfg=section_bench_config("prompt_decoding", "pdset"),
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.pdset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
@@ -93,7 +93,7 @@ rule pd_spec_bench:
     params:
         env=ENV, py=PY, p=P, b=PD["spec"], n=pd_spec_prompts, decoders=pd_spec_decoders(), dcfg=pd_spec_config(),
     shell:
-        "{params.env} {params.py} -m common.bench --model {params.p.model} --decoders {params.decoders}"
+        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
         " --dataset {wildcards.pdspec} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
         " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
         " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"

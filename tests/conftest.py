@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.models import checkpoint_dir, convert_embedded, load_model, tiny_llama
+from common.assets.models import checkpoint_dir, convert_embedded, load_model, tiny_llama
 
 EMBEDDED = "smollm2-135m-instruct"
 
@@ -43,7 +43,7 @@ def spec_drafts(chaotic_llama):
 def t5_pair():
     """(large, small) tiny T5s: the small one a slightly perturbed copy of the large."""
     from common.decoders.speculative import perturbed_copy
-    from common.models import tiny_t5
+    from common.assets.models import tiny_t5
     large = tiny_t5(seed=0)
     return large, perturbed_copy(large, 0.05)
 

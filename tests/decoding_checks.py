@@ -28,7 +28,7 @@ def assert_component_checks(model, name: str, option: str, filename: str, module
     import pytest
 
     from common.errors import UserError
-    from common.training import save_trained
+    from common.training.loop import save_trained
 
     save_trained(module, tmp_path / "other" / filename, {**meta, "hidden": -1})
     with pytest.raises(UserError, match="trained for"):
@@ -64,7 +64,7 @@ def assert_training_learns(model, module, loss_fn, steps: int, lr: float) -> Non
 
 def greedy_sequences(model, n: int = 4, prompt: int = 6, answer: int = 24, seed: int = 0):
     """``[(ids [prompt + answer], start)]``: the model's own greedy answers to random prompts,
-    the data :mod:`common.seqtrain` gives the in-forward trainers."""
+    the data :mod:`common.training.seqtrain` gives the in-forward trainers."""
     out = []
     for s in range(n):
         ids = torch.randint(3, model.config.vocab_size, (1, prompt), generator=torch.Generator().manual_seed(seed + s))
@@ -73,14 +73,14 @@ def greedy_sequences(model, n: int = 4, prompt: int = 6, answer: int = 24, seed:
     return out
 
 
-# -- the sharded corpus on a tiny model (common.corpus): tests of the corpus, the teacher pass
+# -- the sharded corpus on a tiny model (common.training.corpus): tests of the corpus, the teacher pass
 # over it and the trainers that read it
 CORPUS_PROMPTS = 40
 
 
 def corpus_prompts(start: int, stop: int) -> list[list[int]]:
     """Deterministic random prompts of 3-9 tokens (BOS + ids of the tiny vocabulary), the
-    ``prompts(start, stop)`` callable :func:`common.corpus.build` takes."""
+    ``prompts(start, stop)`` callable :func:`common.training.corpus.build` takes."""
     out = []
     for i in range(start, min(stop, CORPUS_PROMPTS)):
         g = torch.Generator().manual_seed(1000 + i)
@@ -91,7 +91,7 @@ def corpus_prompts(start: int, stop: int) -> list[list[int]]:
 
 def corpus_recipe(model, **kw):
     """A tiny corpus recipe: 6 held-out prompts, shards of 8, 10-token answers (``kw`` overrides)."""
-    from common import corpus
+    from common.training import corpus
     base = dict(model="tiny", model_id=corpus.model_identity(model), tokenizer_id="tok", heldout=6,
                 shard_prompts=8, answer_tokens=10, gen_dtype="float32", batch_size=3, eos=2)
     return corpus.Recipe(**{**base, **kw})
@@ -99,7 +99,7 @@ def corpus_recipe(model, **kw):
 
 def tiny_corpus(out, model, max_shards: int | None = None, **kw):
     """Build the tiny corpus at ``out`` (``max_shards`` training shards at most); returns ``out``."""
-    from common import corpus
+    from common.training import corpus
     corpus.build(out, model, corpus_recipe(model, **kw), corpus_prompts, CORPUS_PROMPTS, max_shards=max_shards,
                  progress=False)
     return out
@@ -108,7 +108,7 @@ def tiny_corpus(out, model, max_shards: int | None = None, **kw):
 def teacher_corpus(model, n: int, seed0: int, new: int = 16) -> list[dict]:
     """``[{"ids", "start"}]``: ``n`` random 6-token prompts (BOS + 5 ids of the tiny vocabulary)
     with the model's ``new`` greedy tokens after each, EOS ignored; what
-    :func:`common.teacher.teacher_pass` takes."""
+    :func:`common.training.teacher.teacher_pass` takes."""
     van = get_decoder("vanilla", model)
     van.eos = set()
     out = []

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from common import bench
+from common.harness import bench
 from common.errors import UserError
 from common.records import read_jsonl
-from common.report import AA_LABEL, NO_AA, aa_spread, noise_line, speedup_interval, summarize, within_noise
+from common.harness.report import AA_LABEL, NO_AA, aa_spread, noise_line, speedup_interval, summarize, within_noise
 
 
 def _recs(rates: dict[str, list[float]]) -> list[dict]:

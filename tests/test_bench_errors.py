@@ -1,4 +1,4 @@
-"""Bad input to ``common.bench`` ends in one ``error:`` line, exit 2, nothing at ``--out``;
+"""Bad input to ``common.harness.bench`` ends in one ``error:`` line, exit 2, nothing at ``--out``;
 the checks that need no model run before it loads (the loader is replaced by a tripwire)."""
 import json
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import bench
+from common.harness import bench
 from common.errors import cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_a_folder_that_is_no_model(tmp_path, capsys):
 
 def test_the_cli_prints_one_line_and_exits_2(tmp_path):
     out = tmp_path / "o.jsonl"
-    r = subprocess.run([sys.executable, "-m", "common.bench", *_args(tmp_path, decoders=",", out=out)],
+    r = subprocess.run([sys.executable, "-m", "common.harness.bench", *_args(tmp_path, decoders=",", out=out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --decoders ','")
     assert [l for l in r.stderr.splitlines() if l.startswith("error:")] == r.stderr.strip().splitlines()[-1:]
@@ -145,17 +145,17 @@ def test_prompt_and_new_tokens_must_fit_the_context(tmp_path, capsys, embedded):
     (["--layers", "15", "--bogus"], "unrecognized arguments: --bogus; usage: python -m ppd_pipelined.matchrate"),
 ])
 def test_matchrate_checks_before_loading(tmp_path, capsys, monkeypatch, embedded, extra, msg):
-    import common.models
+    import common.assets.models
     from ppd_pipelined import matchrate
 
-    monkeypatch.setattr(common.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(common.assets.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     out = tmp_path / "o.jsonl"
     argv = ["--model", EMBEDDED, "--task", "squad", "--prompts", str(tmp_path / "p.jsonl"), "--out", str(out)]
     assert msg in _cli(matchrate.main, argv + extra, capsys)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("module", ["ppd_pipelined.theory", "common.report"])
+@pytest.mark.parametrize("module", ["ppd_pipelined.theory", "common.harness.report"])
 def test_cli_without_arguments_is_a_usage_error(module, capsys):
     import importlib
 
@@ -174,7 +174,7 @@ def test_theory_cli_prints_theorem_4_1(capsys):
 
 
 def test_report_cli_summarizes_and_rejects_other_files(tmp_path, capsys):
-    from common import report
+    from common.harness import report
     from common.records import write_jsonl
 
     rec = {"question_id": "1", "tokens": [1, 2], "new_tokens": 2, "steps": 2, "accept_lengths": [1, 1],
@@ -186,7 +186,7 @@ def test_report_cli_summarizes_and_rejects_other_files(tmp_path, capsys):
     assert "--baseline 'nope' is not a decoder" in _cli(report.main, [str(tmp_path / "b.jsonl"), "--baseline", "nope"],
                                                         capsys)
     (tmp_path / "p.jsonl").write_text('{"question_id": "1", "turns": ["hi"]}\n')
-    assert "no common.bench records" in _cli(report.main, [str(tmp_path / "p.jsonl")], capsys)
+    assert "no common.harness.bench records" in _cli(report.main, [str(tmp_path / "p.jsonl")], capsys)
 
 
 # ---------------------------------------------------------------- prompt truncation and model paths
@@ -194,7 +194,7 @@ def test_report_cli_summarizes_and_rejects_other_files(tmp_path, capsys):
 @pytest.mark.model
 def test_truncation_keeps_the_chat_header_and_generation_prompt(embedded):
     from common.errors import UserError
-    from common.prompts import fit_prompt
+    from common.assets.prompts import fit_prompt
 
     _, tok = embedded
     text = "BEGIN " + "alpha beta gamma delta. " * 200 + " END"
@@ -217,16 +217,16 @@ def test_truncation_keeps_the_chat_header_and_generation_prompt(embedded):
 
 def test_unconverted_model_names_a_real_target(tmp_path, monkeypatch):
     from common.errors import UserError
-    from common.models import resolve
+    from common.assets.models import resolve
 
     monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path))
-    with pytest.raises(UserError, match=r"run `snakemake -j1 prepare` or `python -m common.models convert"):
+    with pytest.raises(UserError, match=r"run `snakemake -j1 prepare` or `python -m common.assets.models convert"):
         resolve(EMBEDDED)
 
 
 def test_model_paths_that_are_no_model_folder(tmp_path):
     from common.errors import UserError
-    from common.models import resolve
+    from common.assets.models import resolve
 
     (tmp_path / "cfg_only").mkdir()
     (tmp_path / "cfg_only" / "config.json").write_text("{}")

@@ -6,7 +6,7 @@ import torch
 from bild.decoding import Rollback
 from common.decoders import get_decoder
 from common.errors import UserError
-from common.models import tiny_llama
+from common.assets.models import tiny_llama
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 77, 3, 3, 3, 12, 60, 61]]

@@ -9,11 +9,11 @@ import torch
 from bild.calm import Calm, decaying_threshold, saturation
 from common.decoders import get_decoder
 from common.decoders.speculative import perturbed_copy
-from common.draft import truncated_copy
+from common.components.draft_model import truncated_copy
 from common.errors import UserError
-from common.fast import accelerate
-from common.forward import layer_kv, layer_states, num_layers
-from common.models import tiny_t5
+from common.engine.fast import accelerate
+from common.engine.forward import layer_kv, layer_states, num_layers
+from common.assets.models import tiny_t5
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 77, 3, 3, 3, 12, 60, 61]]

@@ -8,7 +8,7 @@ from bild.examples import marked, pick, plain, segments
 from bild.flops import Shape, calls_cost, forward_cost, normalized, run_cost, vanilla_calls
 from common.decoders import get_decoder
 from common.decoders.speculative import perturbed_copy
-from common.models import tiny_llama, tiny_t5
+from common.assets.models import tiny_llama, tiny_t5
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,9 +117,9 @@ def test_pick_prefers_prompts_where_the_small_model_differs():
 
 
 def test_shape_counts_from_a_real_model():
-    """Shape.from_row on bild.models' record of a tiny model: parameters and widths as built."""
-    from bild.models import describe
-    from common.models import param_count
+    """Shape.from_row on bild.model_configs' record of a tiny model: parameters and widths as built."""
+    from bild.model_configs import describe
+    from common.assets.models import param_count
 
     m = tiny_llama()
     s = Shape.from_row(describe(m.config))

@@ -13,9 +13,9 @@ from common.decoders import get_decoder
 from common.decoders.speculative import perturbed_copy
 from common.errors import UserError
 from common.records import content_digest
-from common.forward import embed, layer_states, logits_from_hidden, num_layers, run_layers
-from common.teacher import teacher_pass
-from common.training import Stopping, TrainConfig
+from common.engine.forward import embed, layer_states, logits_from_hidden, num_layers, run_layers
+from common.training.teacher import teacher_pass
+from common.training.loop import Stopping, TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

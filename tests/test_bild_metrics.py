@@ -72,10 +72,10 @@ def test_sweep_points_and_table1_by_hand():
 
 
 def test_model_table_counts_match_the_real_models():
-    """bild.models counts parameters on the meta device; the real models agree."""
-    from bild.models import describe, truncated_config
-    from common.draft import truncated_copy
-    from common.models import param_count, tiny_llama, tiny_t5
+    """bild.model_configs counts parameters on the meta device; the real models agree."""
+    from bild.model_configs import describe, truncated_config
+    from common.components.draft_model import truncated_copy
+    from common.assets.models import param_count, tiny_llama, tiny_t5
 
     t5 = tiny_t5()
     d = describe(t5.config)
@@ -89,7 +89,7 @@ def test_model_table_counts_match_the_real_models():
 
 @pytest.mark.parametrize("profile", ["smoke", "embedded", "paper"])
 def test_sweep_settings_are_valid_decoder_options(profile):
-    """Every label a sweep rule passes to common.bench names a registered decoder with options
+    """Every label a sweep rule passes to common.harness.bench names a registered decoder with options
     it declares, of the right types and ranges (checked as the decoder checks them)."""
     from types import SimpleNamespace
 

@@ -82,7 +82,7 @@ def test_renders_from_records(root, aid):
     prof = dataclasses.replace(load_profile(None, "smoke"), results_root=str(root))
     assert all(Path(p).is_file() for p in artifact_inputs(prof, aid))  # the records the rule declares
     spec = load_artifacts()[aid]
-    r = subprocess.run([sys.executable, "-m", "common.execute",
+    r = subprocess.run([sys.executable, "-m", "common.harness.execute",
                         str(ROOT / "notebooks" / f"{aid}.ipynb"), str(root / f"{aid}.ipynb"), "-p", "artifact_id", aid,
                         "-p", "results_root", str(root), "-p", "package", spec["package"], "-p", "profile", "smoke"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

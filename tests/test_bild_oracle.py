@@ -147,7 +147,7 @@ def test_interrupted_oracle_resumes_from_its_finished_prompts(tmp_path, monkeypa
     import json
 
     import bild.oracle as oracle
-    from common import models
+    from common.assets import models
     from common.decoders import speculative
 
     model, tok = embedded

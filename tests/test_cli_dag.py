@@ -31,7 +31,7 @@ def run(cmd, **kw):
 def test_bench_bad_input_one_line(tmp_path, args, msg):
     out = tmp_path / "o.jsonl"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    r = run([sys.executable, "-m", "common.bench", *args, "--out", str(out)], env=env)
+    r = run([sys.executable, "-m", "common.harness.bench", *args, "--out", str(out)], env=env)
     assert r.returncode == 2, r.stderr
     lines = [l for l in r.stderr.splitlines() if l.startswith("error:")]
     assert len(lines) == 1 and msg in lines[0], r.stderr
@@ -41,7 +41,7 @@ def test_bench_bad_input_one_line(tmp_path, args, msg):
 @pytest.mark.model
 def test_bench_unknown_decoder_after_model_load(tmp_path, embedded):
     out = tmp_path / "o.jsonl"
-    r = run([sys.executable, "-m", "common.bench", "--model", "smollm2-135m-instruct", "--decoders",
+    r = run([sys.executable, "-m", "common.harness.bench", "--model", "smollm2-135m-instruct", "--decoders",
              "vanilla,nope", "--dataset", "mt-bench", "--n", "1", "--out", str(out)])
     assert r.returncode == 2 and "unknown decoder 'nope'; valid:" in r.stderr
     assert not out.exists()
@@ -92,7 +92,7 @@ def test_a_fresh_clone_does_not_replan_the_committed_corpus(embedded):
     """A fresh clone converts the model after its checkout, so the model file is newer than the
     committed corpus; with rerun=true the corpus is up to date all the same (rule corpus_shards takes
     the model as ancient: hours of generation are not replanned over a file time)."""
-    from common.models import checkpoint_dir
+    from common.assets.models import checkpoint_dir
     stats = ROOT / "results" / "corpus" / "embedded" / "stats.json"
     model = checkpoint_dir("smollm2-135m-instruct") / "model.safetensors"
     before = stats.stat()

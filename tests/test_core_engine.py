@@ -7,21 +7,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import acceptance as acc
+from common.engine import acceptance as acc
 from common.decoders import DECODERS, decoder_class, get_decoder
 from common.decoders.speculative import perturbed_copy
 from common.decoders.tree_loop import Proposal, Proposer, TreeDecoder, candidates_from_topk
 from common.errors import UserError
-from common.fast import accelerate
-from common.forward import Injection, embed, num_layers
-from common.models import tiny_t5
-from common.target import make_target
-from common.tree import build_tree
+from common.engine.fast import accelerate
+from common.engine.forward import Injection, embed, num_layers
+from common.assets.models import tiny_t5
+from common.engine.target import make_target
+from common.engine.tree import build_tree
 
 PROMPTS = [[1, 5, 6, 7, 5, 6], [1, 40, 41, 42, 43], [1, 77, 3, 3, 3, 12, 60, 61]]
 LOSSLESS = sorted(n for n in DECODERS if decoder_class(n).lossless)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-# "cpu-fast": the same model on common.fast's path (packed linears, folded GQA attention, growing cache)
+# "cpu-fast": the same model on common.engine.fast's path (packed linears, folded GQA attention, growing cache)
 DEVICES = ["cpu", "cpu-fast", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
 
 

@@ -1,4 +1,4 @@
-"""The sharded corpus pipeline (common.corpus) on a tiny random model: a killed run resumes to
+"""The sharded corpus pipeline (common.training.corpus) on a tiny random model: a killed run resumes to
 the same shards as an uninterrupted one, held-out prompts never enter a training shard, and a
 directory of another recipe, model or tokenizer, a damaged shard or a full disk is one error."""
 import dataclasses
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from common import corpus
+from common.training import corpus
 from common.errors import UserError
-from common.models import tiny_llama
+from common.assets.models import tiny_llama
 
 from decoding_checks import CORPUS_PROMPTS as N_PROMPTS, corpus_prompts as prompts, corpus_recipe as recipe
 
@@ -130,9 +130,9 @@ def test_cli_bad_input(tmp_path, capsys):
 
 
 def test_draft_vocabulary_cli_counts_the_training_answers(model, tmp_path, capsys):
-    """python -m common.reduced_head: the answer tokens of every training shard (not the prompts,
+    """python -m common.components.reduced_head: the answer tokens of every training shard (not the prompts,
     not the held-out shard) by frequency, beside a head trained before its trainer wrote one."""
-    from common import reduced_head
+    from common.components import reduced_head
 
     corpus.build(tmp_path / "c", model, recipe(model), prompts, N_PROMPTS, progress=False)
     head = tmp_path / "head"

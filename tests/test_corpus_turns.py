@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from common import data
+from common.assets import data
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 
@@ -45,7 +45,7 @@ def test_profiles_evaluate_within_the_margin():
 
 
 def test_encode_messages_keeps_the_tail():
-    from common.prompts import encode_messages, encode_prompt
+    from common.assets.prompts import encode_messages, encode_prompt
 
     class Tok:
         chat_template = None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from common.cost import cost_curve
+from common.harness.cost_curve import cost_curve
 
 
 def test_cost_curve_records(tiny, one_thread):
@@ -25,7 +25,7 @@ def test_cost_curve_records(tiny, one_thread):
 ])
 def test_cost_bad_input(tmp_path, args, msg):
     out = tmp_path / "c.jsonl"
-    p = subprocess.run([sys.executable, "-m", "common.cost", "--model", "smollm2-135m-instruct",
+    p = subprocess.run([sys.executable, "-m", "common.harness.cost_curve", "--model", "smollm2-135m-instruct",
                         "--out", str(out), *args], capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [f"error: {p.stderr.strip()[7:]}"] and msg in p.stderr
@@ -44,7 +44,7 @@ CURVE = [{**r, "device": "cpu: A"} for r in CURVE]
 
 
 def test_limit_columns_by_hand():
-    from common.report import cost_of, limits
+    from common.harness.report import cost_of, limits
 
     ratio = cost_of(CURVE)
     assert ratio(1) == 1.0 and ratio(4) == 1.0 and ratio(10) == pytest.approx(1.3) and ratio(28) == pytest.approx(2.2)
@@ -63,7 +63,7 @@ def test_limit_columns_by_hand():
 
 
 def test_limits_refuse_mixed_forward_paths_and_a_curve_without_q1():
-    from common.report import cost_of, limits
+    from common.harness.report import cost_of, limits
 
     recs = [_rec("vanilla", "a", 4, 4, 1.0), _rec("tree", "a", 4, 2, 0.5, proposed=[0, 3], path="stock")]
     with pytest.raises(ValueError, match="forward paths"):
@@ -75,7 +75,7 @@ def test_limits_refuse_mixed_forward_paths_and_a_curve_without_q1():
 def test_a_curve_of_other_hardware_claims_no_limit():
     """T(q) is the machine's own: records of another device get blank limit columns, and a
     hardware-aware choice that asks for that device's curve is refused."""
-    from common.report import cost_of, limits
+    from common.harness.report import cost_of, limits
 
     recs = [_rec("vanilla", "a", 12, 12, 1.2, device="cpu: B"),
             _rec("tree", "a", 12, 4, 0.6, proposed=[0, 15, 15, 3], device="cpu: B")]
@@ -92,7 +92,7 @@ def test_a_run_must_hold_exactly_its_configured_decoders():
     holding one the config no longer lists is an error, never a silently shorter table."""
     import pytest
 
-    from common.report import check_decoders
+    from common.harness.report import check_decoders
     recs = [{"decoder": "vanilla"}, {"decoder": "eagle@dyn16"}]
     check_decoders(recs, ["vanilla", "eagle@dyn16"], "bench_eagle.jsonl", "cross.groups.eagle")
     with pytest.raises(ValueError, match="lists vanilla, eagle@dyn16, eagle@v8k"):
@@ -106,7 +106,7 @@ def test_a_run_must_hold_its_configured_settings():
     config sets now (a setting re-chosen after the run) is an error naming both; options naming a
     trained component (a folder in the record, "{name}" in the config), labels the options do not
     name and records older than decoder_config are not judged."""
-    from common.report import check_decoders, stale_settings
+    from common.harness.report import check_decoders, stale_settings
 
     options = {"bild@noloss": {"small": "{bild_small_aligned}", "fallback_threshold": 0.4, "rollback_threshold": 2.0}}
     ran = lambda fb, rb: {"decoder": "bild@noloss", "decoder_config": {  # noqa: E731
@@ -127,7 +127,7 @@ def test_a_run_must_hold_its_configured_settings():
 def test_step_times_by_hand():
     """Milliseconds per step: the target's forwards, the proposer's own work (draft forwards and
     REST's per-step retrieval times) and the rest; blank where the records time no target forward."""
-    from common.report import step_times
+    from common.harness.report import step_times
     recs = [{"decoder": "vanilla", "steps": 10, "wall_time": 1.0, "extra": {}},
             {"decoder": "rest", "steps": 4, "wall_time": 1.0,
              "extra": {"target_forward_s": 0.6, "retrieval_s": [0.05, 0.05, 0.05, 0.05]}},
@@ -147,7 +147,7 @@ def test_one_curve_per_host_each_record_read_against_its_own(tmp_path):
     """Several hosts' curves in one list: every limit and cost reads only its own device's
     points (host B's flat curve would give the tree another step cost), a device-less lookup is
     refused, and the rule's latest file wins over a kept copy of the same host."""
-    from common.report import cost_curve_paths, cost_of, limits, read_cost_curves
+    from common.harness.report import cost_curve_paths, cost_of, limits, read_cost_curves
 
     curve_b = [{"q": 1, "ms": 10.0, "forward_path": "fast", "device": "cpu: B"},
                {"q": 16, "ms": 10.0, "forward_path": "fast", "device": "cpu: B"}]

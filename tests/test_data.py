@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from common import data
-from common.data import (CODE_RX, MATH_RX, MINED_SETS, PAPER_DATASETS, TRANSLATE_RX, Sample,
+from common.assets import data
+from common.assets.data import (CODE_RX, MATH_RX, MINED_SETS, PAPER_DATASETS, TRANSLATE_RX, Sample,
                          list_datasets, load_dataset_samples, load_sharegpt_conversations,
                          sharegpt_pairs)
 from common.errors import UserError
@@ -43,7 +43,7 @@ def test_sharegpt_parser_stops_at_broken_tail(tmp_path, monkeypatch, caplog):
     try:
         for f in (cut, whole):
             monkeypatch.setattr(data, "_asset", lambda *a, f=f: f)
-            with caplog.at_level(logging.INFO, logger="common.data"):
+            with caplog.at_level(logging.INFO, logger="common.assets.data"):
                 assert load_sharegpt_conversations() == recs
             assert "recovered 2 complete conversations (2 turns)" in caplog.text
             load_sharegpt_conversations.cache_clear()

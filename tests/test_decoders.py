@@ -47,8 +47,8 @@ def test_embedded_lossless_on_mt_bench(embedded):
     """vanilla == hf_generate == prompt_lookup == self_speculative on real prompts with the real
     model (fp32). Decoders with trained parts (medusa, speculative, hf_assisted, ppd_pipelined)
     are checked on the real model by the smoke DAG (tests/test_cli_dag.py)."""
-    from common.data import load_dataset_samples
-    from common.prompts import encode_prompt
+    from common.assets.data import load_dataset_samples
+    from common.assets.prompts import encode_prompt
 
     model, tok = embedded
     for s in load_dataset_samples("mt-bench", n=3):

@@ -37,7 +37,7 @@ def test_a_plan_becomes_the_calls_script():
     assert text.count("python3 -m firp.train") == 2 and "--device cpu" not in text and PY not in text
     assert ". tools/device/model.sh" in text and text.rstrip().endswith('ls -la "$OUT"')
     assert "results/firp/raw/train_k1l19_stats.json" in text.split("for p in ")[1]
-    assert "tools/checkpoints.py keep" not in text  # no whole model among the outputs
+    assert "tools/keep_components.py keep" not in text  # no whole model among the outputs
 
 
 def test_jobs_that_read_each_others_outputs_are_refused():
@@ -52,7 +52,7 @@ def test_jobs_that_read_each_others_outputs_are_refused():
 
 def _run_return(tree: Path, back: list[str], piece_mib: float, keep_stub: str | None = None) -> Path:
     """Run the script's return lines in ``tree`` (as the device call does, $OUT empty);
-    ``keep_stub``: a shell script standing in for tools/checkpoints.py keep (PY)."""
+    ``keep_stub``: a shell script standing in for tools/keep_components.py keep (PY)."""
     out = tree / "OUT"
     out.mkdir()
     env = {"OUT": str(out), "PATH": "/usr/bin:/bin"}
@@ -128,13 +128,13 @@ CHAINED = f"""rule distill_draft:
     input: .cache/components/embedded/teacher.pt, results/corpus/embedded/stats.json
     output: .cache/components/embedded/draft/model/config.json, results/cross/raw/draft_stats.json
     log: .cache/logs/embedded/distill_draft.log
-Shell command: {PY} -m common.draft --teacher .cache/components/embedded/teacher.pt --corpus-dir results/corpus/embedded --device cpu --threads 2
+Shell command: {PY} -m common.components.draft_model --teacher .cache/components/embedded/teacher.pt --corpus-dir results/corpus/embedded --device cpu --threads 2
 
 rule teacher_cache:
     input: results/corpus/embedded/stats.json
     output: .cache/components/embedded/teacher.pt, results/cross/raw/teacher_stats.json
     log: .cache/logs/embedded/teacher_cache.log
-Shell command: {PY} -m common.teacher --teacher .cache/components/embedded/teacher.pt --device cpu --threads 2
+Shell command: {PY} -m common.training.teacher --teacher .cache/components/embedded/teacher.pt --device cpu --threads 2
 """
 
 
@@ -145,11 +145,11 @@ def test_chained_jobs_run_after_what_they_read_and_the_pass_stays_behind():
     with pytest.raises(ValueError, match="--chain them"):
         jobs.script(plan, "#")
     text = jobs.script(plan, "#", chain=True)
-    assert text.index("-m common.teacher") < text.index("-m common.draft") and " &\n" not in text
+    assert text.index("-m common.training.teacher") < text.index("-m common.components.draft_model") and " &\n" not in text
     back = text.split("for p in ")[1].split(";")[0]
     assert "teacher.pt" not in back and "results/cross/raw/teacher_stats.json" in back
     assert "results/cross/checkpoints/embedded/draft" in back and "model/config.json" not in back
-    assert "tools/checkpoints.py keep cross draft --profile embedded" in text
+    assert "tools/keep_components.py keep cross draft --profile embedded" in text
     assert [j["rule"] for j in jobs.in_order(plan)] == ["teacher_cache", "distill_draft"]
 
 

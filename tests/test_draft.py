@@ -5,11 +5,11 @@ import torch
 
 from common.decoders import get_decoder
 from decoding_checks import teacher_corpus
-from common.draft import distill, evaluate, position_logits, truncated_copy
+from common.components.draft_model import distill, evaluate, position_logits, truncated_copy
 from common.errors import UserError
-from common.forward import embed, logits_from_hidden, run_layers
-from common.teacher import teacher_pass
-from common.training import Stopping, TrainConfig
+from common.engine.forward import embed, logits_from_hidden, run_layers
+from common.training.teacher import teacher_pass
+from common.training.loop import Stopping, TrainConfig
 
 
 def test_truncated_copy_is_the_first_layers(tiny):
@@ -94,7 +94,7 @@ def test_reduced_head_trained_with_the_draft(tiny, tmp_path, labels):
     loading cuts the head with again, proposes only kept tokens, and BiLD at alpha_RB = 0 with
     it is still exactly the large model's greedy output."""
     from transformers import AutoModelForCausalLM
-    from common.reduced_head import ReducedHead, apply_sidecar
+    from common.components.reduced_head import ReducedHead, apply_sidecar
     teacher = {"key": {"test": 3}, "train": teacher_pass(tiny, teacher_corpus(tiny, 6, 10, 16), 8, 4),
                "heldout": teacher_pass(tiny, teacher_corpus(tiny, 3, 60, 16), 8, 4)}
     stats = distill(tiny, teacher, 2, tmp_path, TrainConfig(lr=3e-3, epochs=3, batch_size=2),

@@ -9,11 +9,11 @@ import torch
 from common.checkpoints import save_trained
 from common.decoders import get_decoder
 from common.decoders.eagle import Eagle, EagleProposer
-from common.eagle import CHECKPOINT, EagleHead, head_meta
+from common.components.eagle_head import CHECKPOINT, EagleHead, head_meta
 from common.decoders.tree_loop import ProposerState
 from common.errors import UserError
-from common.forward import embed
-from common.models import tiny_llama
+from common.engine.forward import embed
+from common.assets.models import tiny_llama
 from decoding_checks import tiny_corpus
 
 
@@ -51,7 +51,7 @@ def test_cached_chunks_equal_one_forward(model):
                                   {"mode": "dynamic", "depth": 6, "topk": 2, "total": 6},
                                   {"mode": "static"}])
 def test_decodes_exactly_vanilla(model, head_dir, opts, tmp_path):
-    from common.tree import save_tree
+    from common.engine.tree import save_tree
     if opts["mode"] == "static":
         save_tree(tmp_path / "t.json", [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
         opts = {**opts, "tree": str(tmp_path / "t.json")}
@@ -97,11 +97,11 @@ def test_bad_head_and_tree(model, head_dir, tmp_path):
         Eagle(model, head=str(head_dir), vocab=8)
 
 
-# -- training (common.eagle) ----------------------------------------------------------------
+# -- training (common.components.eagle_head) ----------------------------------------------------------------
 def test_batch_masks_the_answer_predictions(model, tmp_path):
     import numpy as np
-    from common import corpus
-    from common.eagle import SeqData
+    from common.training import corpus
+    from common.components.eagle_head import SeqData
     shard = corpus.Shard(np.arange(10, 16, dtype=np.int32), np.array([0, 6]), np.array([3], dtype=np.int32),
                          np.array([0]))
     data = SeqData([shard], [np.arange(12, dtype=np.float32).reshape(6, 2).repeat(32, 1)])
@@ -114,7 +114,7 @@ def test_batch_masks_the_answer_predictions(model, tmp_path):
 
 
 def _teacher(model, tmp_path):
-    from common import teacher
+    from common.training import teacher
     cdir = tiny_corpus(tmp_path / "corpus", model, max_shards=2, answer_tokens=12, batch_size=4)
     return teacher.load_or_build(tmp_path / "teacher.pt", model, None, None, 0, 0, 0, topk=4, corpus_dir=cdir,
                                  pass_dtype="float32")
@@ -122,8 +122,8 @@ def _teacher(model, tmp_path):
 
 def test_training_learns_and_the_head_decodes_exactly(model, tmp_path):
     from common.config import TrainConfig
-    from common.eagle import train_head
-    from common.training import Stopping
+    from common.components.eagle_head import train_head
+    from common.training.loop import Stopping
     data = _teacher(model, tmp_path)
     cfg = TrainConfig(lr=3e-3, epochs=20, batch_size=4, max_steps=40, checkpoint_every=10)
     stats = train_head(model, data, tmp_path / "head", cfg, Stopping(eval_every=10, patience=10),
@@ -149,7 +149,7 @@ def test_training_learns_and_the_head_decodes_exactly(model, tmp_path):
 
 
 def test_depth_one_accuracy_is_the_held_out_top1(model, tmp_path):
-    from common.eagle import depth_accuracy, evaluate, from_teacher
+    from common.components.eagle_head import depth_accuracy, evaluate, from_teacher
     held = from_teacher(_teacher(model, tmp_path)["heldout"])
     torch.manual_seed(0)
     head = EagleHead(model).eval()
@@ -161,7 +161,7 @@ def test_depth_one_accuracy_is_the_held_out_top1(model, tmp_path):
 
 
 def test_reduced_readout_drafts_only_kept_tokens(model, tmp_path):
-    from common.reduced_head import reduced_readout, write_draft_vocab
+    from common.components.reduced_head import reduced_readout, write_draft_vocab
     write_draft_vocab(tmp_path, torch.arange(95, -1, -1))  # most frequent first: 95, 94, ...
     readout = reduced_readout(model, tmp_path, 7)
     logits = readout(torch.randn(5, 64))
@@ -171,12 +171,12 @@ def test_reduced_readout_drafts_only_kept_tokens(model, tmp_path):
 
 
 def test_depth_accuracy_chains_see_what_the_decoder_drafts(model, head_dir):
-    """depth_accuracy's batched chains (common.eagle.chain_features) feed the head exactly what
+    """depth_accuracy's batched chains (common.components.eagle_head.chain_features) feed the head exactly what
     the decoder's proposer feeds a chain of greedy tokens: same features at every depth, for
     several chain roots at once."""
     from common.checkpoints import load_trained
-    from common.eagle import chain_features
-    from common.tree import build_tree
+    from common.components.eagle_head import chain_features
+    from common.engine.tree import build_tree
 
     head = EagleHead(model)
     load_trained(head, head_dir / CHECKPOINT)
@@ -213,7 +213,7 @@ def test_a_reduced_readout_ranks_as_the_full_log_softmax():
     from types import SimpleNamespace
 
     from common.decoders.eagle import EagleProposer
-    from common.reduced_head import ReducedHead
+    from common.components.reduced_head import ReducedHead
     torch.manual_seed(0)
     full = torch.nn.Linear(16, 50, bias=False)
     head = ReducedHead(full, torch.tensor([3, 7, 11, 20, 31, 42, 49]))

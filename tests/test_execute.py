@@ -1,4 +1,4 @@
-"""common.execute: notebooks run on kernels that listen on Unix sockets, several at once."""
+"""common.harness.execute: notebooks run on kernels that listen on Unix sockets, several at once."""
 import json
 import subprocess
 import sys
@@ -22,7 +22,7 @@ def _notebook(path: Path, body: str) -> Path:
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "common.execute", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "common.harness.execute", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -1,9 +1,9 @@
 """A decoder's extra memory is what its calls add above what was live when they began, against
 vanilla's in the same records; records that predate per-call growth get none (their
 ``peak_mem_bytes`` counted every page earlier calls had left to the allocator)."""
-from common import bench
+from common.harness import bench
 from common.records import read_jsonl
-from common.report import extra_memory
+from common.harness.report import extra_memory
 
 MIB = 2**20
 

@@ -1,4 +1,4 @@
-"""common.fast: each piece of the fast forward path gives the stock path's numbers (to fp32
+"""common.engine.fast: each piece of the fast forward path gives the stock path's numbers (to fp32
 rounding), the preallocated cache really avoids reallocation and survives every cache edit,
 and the packed weights can never go stale."""
 import copy
@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from common.cache import accept_path, crop_to, keep_positions, seq_length
+from common.engine.cache import accept_path, crop_to, keep_positions, seq_length
 from common.decoders.speculative import perturbed_copy
-from common.fast import ATTENTION, GrowingLayer, PackedLinear, accelerate, new_cache, pack_linears, stock_copy
-from common.target import make_target
-from common.tree import build_tree
+from common.engine.fast import ATTENTION, GrowingLayer, PackedLinear, accelerate, new_cache, pack_linears, stock_copy
+from common.engine.target import make_target
+from common.engine.tree import build_tree
 
 PATHS = [[1], [1, 2], [1, 2, 3], [4], [4, 5], [6]]  # a 7-node tree with branches
 
@@ -55,7 +55,7 @@ def test_few_rows_take_the_kernel_measured_faster_and_keep_it(monkeypatch):
     """An input of r <= FEW_ROWS rows runs the dense kernel exactly where this CPU measured it
     faster for r rows (the choice is cached per shape, so every decoder of a run computes a step
     alike); more rows always run the packed copy; the records name each shape's choices."""
-    from common import fast as fast_mod
+    from common.engine import fast as fast_mod
     torch.manual_seed(0)
     lin = torch.nn.Linear(32, 48)
     packed = PackedLinear(lin)
@@ -111,7 +111,7 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_widened_bf16_arithmetic(mo
     reorder raises. The copy's linears must then compute bf16's arithmetic on the fp32 units:
     the exactly widened operands' product, summed in fp32 and rounded to bf16, i.e. the float64
     product rounded to bf16 but for the rare sum whose fp32 rounding crosses a bf16 boundary."""
-    from common import fast as fast_mod
+    from common.engine import fast as fast_mod
     from common.hardware import cpu_supports
 
     def no_bf16_reorder(w, hint):
@@ -154,7 +154,7 @@ def test_a_bf16_copy_on_a_cpu_without_bf16_units_runs_widened_bf16_arithmetic(mo
 def test_a_bf16_copy_keeps_tied_weights_tied_when_widened(monkeypatch):
     """The embedded model ties its LM head to the embedding: the widened head must read the
     copy's embedding, not a detached duplicate."""
-    from common import fast as fast_mod
+    from common.engine import fast as fast_mod
     from common.hardware import cpu_supports
 
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
@@ -245,7 +245,7 @@ def test_stock_copy_is_unmodified(pair):
 def test_a_head_beside_a_packed_target_is_packed_too(pair):
     """pack_like: a trained head (EAGLE's layer, a reduced readout) runs on the target's kernels
     when the target is on the packed path, and is left alone beside a stock target."""
-    from common.fast import pack_like
+    from common.engine.fast import pack_like
     stock, fast = pair
     head = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     assert pack_like(copy.deepcopy(head), stock) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.training import run_path
+from common.training.loop import run_path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120  # only turns a hung subprocess into a failure; no test asserts on timing
@@ -47,7 +47,7 @@ BENCH = ["--model", "smollm2-135m-instruct", "--decoders", "vanilla", "--dataset
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killed_benchmark_leaves_no_result_and_reruns(tmp_path, embedded, sig):
     out = tmp_path / "bench.jsonl"
-    cmd = [sys.executable, "-m", "common.bench", *BENCH, "--out", str(out)]
+    cmd = [sys.executable, "-m", "common.harness.bench", *BENCH, "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     partials = lambda: list(tmp_path.glob("bench.jsonl.*.partial"))  # noqa: E731
@@ -74,12 +74,12 @@ def test_killed_benchmark_resumes_from_its_completed_prompts(tmp_path, embedded)
     """With --resume, a rerun after SIGKILL decodes only the prompts the killed run had not
     finished, and the result equals an uninterrupted run's tokens."""
     out = tmp_path / "bench.jsonl"
-    from common.models import cache_root
+    from common.assets.models import cache_root
 
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "models").symlink_to(cache_root() / "models")  # the converted model, shared
     env = {**_env(tmp_path), "REPRO_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "common.bench", *BENCH, "--resume", "--out", str(out)]
+    cmd = [sys.executable, "-m", "common.harness.bench", *BENCH, "--resume", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = lambda: list((tmp_path / "cache" / "resume").glob("*bench.jsonl"))  # noqa: E731
     _wait_for(lambda: _lines(logs()) >= 3, proc, "two completed prompts")  # header + 2 of 4 prompts
@@ -95,7 +95,7 @@ def test_killed_benchmark_resumes_from_its_completed_prompts(tmp_path, embedded)
     assert logs() == []  # removed once the result is in place
     resumed = [json.loads(l) for l in out.read_text().splitlines()]
     fresh_out = tmp_path / "fresh.jsonl"
-    subprocess.run([sys.executable, "-m", "common.bench", *BENCH, "--out", str(fresh_out)], cwd=ROOT, env=env,
+    subprocess.run([sys.executable, "-m", "common.harness.bench", *BENCH, "--out", str(fresh_out)], cwd=ROOT, env=env,
                    check=True, capture_output=True, timeout=DEADLINE_S)
     fresh = [json.loads(l) for l in fresh_out.read_text().splitlines()]
     assert [(x["question_id"], x["tokens"]) for x in resumed] == [(x["question_id"], x["tokens"]) for x in fresh]
@@ -107,7 +107,7 @@ TRAIN_SCRIPT = '''
 import sys, time
 from pathlib import Path
 import torch
-from common.training import TrainConfig, train
+from common.training.loop import TrainConfig, train
 
 ckpt, pause = Path(sys.argv[1]), float(sys.argv[2])
 torch.manual_seed(0)
@@ -136,7 +136,7 @@ def _train(tmp_path, ckpt: Path, pause: float, **kw):
 
 
 def _ckpt_step(ckpt: Path) -> int:
-    """The step of a run's latest state (common.training.run_path: the final checkpoint is
+    """The step of a run's latest state (common.training.loop.run_path: the final checkpoint is
     published only when the run ends)."""
     state = run_path(ckpt)
     return torch.load(state, weights_only=False)["step"] if state.is_file() else 0
@@ -169,7 +169,7 @@ def test_killed_training_resumes_to_the_uninterrupted_parameters(tmp_path):
 
 POOL_SCRIPT = '''
 import time
-from common.models import tiny_llama
+from common.assets.models import tiny_llama
 from ppd_pipelined.workers import GlooPool
 
 if __name__ == "__main__":  # the sub-workers' forkserver must not rerun this

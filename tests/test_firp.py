@@ -4,15 +4,15 @@ accepting guesses, and bad maps or layers are refused."""
 import pytest
 import torch
 
-from common.cache import crop_to
+from common.engine.cache import crop_to
 from common.decoders import get_decoder
 from decoding_checks import assert_component_checks, assert_exact_and_accepting, assert_training_learns
 from common.errors import UserError
-from common.fast import new_cache
-from common.forward import final_norm, num_layers, run_layers
-from common.target import make_target
-from common.training import save_trained
-from common.tree import build_tree
+from common.engine.fast import new_cache
+from common.engine.forward import final_norm, num_layers, run_layers
+from common.engine.target import make_target
+from common.training.loop import save_trained
+from common.engine.tree import build_tree
 from firp.decoding import default_layers, maps_meta, new_maps, pseudo_injections
 from firp.maps import FirpMaps
 
@@ -86,7 +86,7 @@ def test_bad_maps_and_layers_are_refused(chaotic_llama, tiny, tmp_path):
 def test_training_logits_equal_the_decoding_forwards(chaotic_llama, mask_earlier):
     """Every anchor of a sequence in one training pass gets the pseudo-state logits decoding
     computes for a root-only tree at that anchor."""
-    from common.seqtrain import teacher_forward
+    from common.training.seqtrain import teacher_forward
     from firp.train import anchor_logits
 
     model = chaotic_llama
@@ -125,7 +125,7 @@ def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_l
     serves it exactly and takes ``mask_earlier`` from how the maps were trained."""
     from decoding_checks import greedy_sequences
     from common.config import TrainConfig
-    from common.training import Stopping
+    from common.training.loop import Stopping
     from firp.train import train_maps
 
     model = chaotic_llama

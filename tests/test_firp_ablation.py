@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from common.errors import UserError
-from common.forward import final_norm
-from common.target import make_target
-from common.training import save_trained
-from common.tree import build_tree
+from common.engine.forward import final_norm
+from common.engine.target import make_target
+from common.training.loop import save_trained
+from common.engine.tree import build_tree
 from decoding_checks import assert_exact_and_accepting
 from firp.decoding import maps_meta, new_maps, pseudo_injections
 from firp.maps import FirpMaps
@@ -39,7 +39,7 @@ def _perturb_step1(maps):
 
 
 def _training_logits(model, maps, ids, anchors, mask_earlier):
-    from common.seqtrain import teacher_forward
+    from common.training.seqtrain import teacher_forward
     from firp.train import anchor_logits
 
     cache, hidden, _ = teacher_forward(model, ids, hidden_states=True)
@@ -117,7 +117,7 @@ def test_config_sweeps_have_the_shapes_their_figures_need():
 
 @pytest.fixture(scope="module")
 def teacher(chaotic_llama):
-    from common.teacher import teacher_pass
+    from common.training.teacher import teacher_pass
     from decoding_checks import greedy_sequences
 
     def seqs(n, seed):
@@ -131,11 +131,11 @@ def test_layer_states_too_large_for_the_machine_are_refused_before_the_pass(chao
     to shrink it, before any forward runs (the OS would otherwise kill the run late in its pass)."""
     from common import hardware
     from common.errors import UserError
-    from common.medusa import layer_inputs
+    from common.components.medusa_heads import layer_inputs
 
     data = teacher["heldout"]
     monkeypatch.setattr(hardware, "available_memory", lambda: hardware.MEMORY_MARGIN + 1000)
-    monkeypatch.setattr("common.medusa.layer_states", lambda *a, **k: pytest.fail("the pass ran"))
+    monkeypatch.setattr("common.components.medusa_heads.layer_states", lambda *a, **k: pytest.fail("the pass ran"))
     with pytest.raises(UserError, match=r"layer states \(2 layers x [\d,]+ positions x \d+ x 2 bytes\).*per_sequence"):
         layer_inputs(chaotic_llama, data, [1, 3])
     monkeypatch.undo()
@@ -146,7 +146,7 @@ def test_layer_states_too_large_for_the_machine_are_refused_before_the_pass(chao
 def test_early_exit_states_are_the_layer_they_name(chaotic_llama, teacher):
     """layer_inputs(l) is the final norm of the state entering layer l: equal to the model's own
     hidden_states[l] normed, unmoved by a change to layer l or above, moved by one below."""
-    from common.medusa import HeadData, layer_inputs
+    from common.components.medusa_heads import HeadData, layer_inputs
 
     model, data = chaotic_llama, teacher["heldout"]
     got = layer_inputs(model, data, [1, 3])
@@ -168,8 +168,8 @@ def test_early_exit_states_are_the_layer_they_name(chaotic_llama, teacher):
 
 def test_early_exit_predictor_reads_the_layer_it_names(chaotic_llama):
     """In the Figure 3 scoring, head k's logits depend on the layers below layers[k] only."""
-    from common.medusa import new_heads
-    from common.seqtrain import teacher_forward
+    from common.components.medusa_heads import new_heads
+    from common.training.seqtrain import teacher_forward
     from firp.accuracy import head_predictor
 
     model = chaotic_llama
@@ -192,8 +192,8 @@ def test_early_exit_predictor_reads_the_layer_it_names(chaotic_llama):
 def test_early_exit_training_and_the_medusa_decoder_refusing_it(chaotic_llama, teacher, tmp_path):
     from common.config import TrainConfig
     from common.decoders import get_decoder
-    from common.medusa import train_heads
-    from common.training import Stopping
+    from common.components.medusa_heads import train_heads
+    from common.training.loop import Stopping
     from decoding_checks import frozen
 
     model = chaotic_llama

@@ -11,7 +11,7 @@ from common.decoders import get_decoder
 from common.decoders.lookahead import LookaheadProposer, token_trie, window_allow
 from common.decoders.tree_loop import ProposerState
 from common.errors import UserError
-from common.target import make_target
+from common.engine.target import make_target
 
 PROMPT = [1, 77, 3, 3, 3, 12, 60, 61, 9, 14]
 

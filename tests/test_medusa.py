@@ -8,10 +8,10 @@ import torch
 
 from common.decoders import get_decoder
 from common.errors import UserError
-from common.medusa import HeadData, MedusaHeads, head_labels, new_heads, train_heads
-from common.models import tiny_llama
-from common.teacher import teacher_pass
-from common.training import Stopping, TrainConfig
+from common.components.medusa_heads import HeadData, MedusaHeads, head_labels, new_heads, train_heads
+from common.assets.models import tiny_llama
+from common.training.teacher import teacher_pass
+from common.training.loop import Stopping, TrainConfig
 
 
 def greedy_corpus(model, n, seed0, length):
@@ -92,7 +92,7 @@ def test_medusa_bad_input(tiny, trained, tmp_path):
     out, _ = trained
     with pytest.raises(UserError, match="needs heads"):
         get_decoder("medusa", tiny)
-    with pytest.raises(UserError, match=r"heads.pt does not exist; train it first \(python -m common.medusa\)"):
+    with pytest.raises(UserError, match=r"heads.pt does not exist; train it first \(python -m common.components.medusa_heads\)"):
         get_decoder("medusa", tiny, heads=str(tmp_path))
     other = tiny_llama(seed=1, layers=2)
     with pytest.raises(UserError, match="trained for"):
@@ -124,7 +124,7 @@ def test_reduced_vocabulary_proposes_the_kept_tokens_top_k(chaotic_llama, traine
     import shutil
     from common.decoders.medusa import MedusaProposer
     from common.decoders.tree_loop import ProposerState, candidates_from_topk
-    from common.reduced_head import write_draft_vocab
+    from common.components.reduced_head import write_draft_vocab
     out, stats = trained
     if not stats["meta"]["share_lm_head"]:
         with pytest.raises(UserError, match="share the base model's LM head"):
@@ -173,7 +173,7 @@ def test_labels_are_the_models_greedy_tokens(tiny):
 
 
 def test_fast_path_projects_through_the_packed_lm_head():
-    from common.fast import PackedLinear, accelerate
+    from common.engine.fast import PackedLinear, accelerate
 
     model = tiny_llama(seed=2)
     ref = {s: new_heads(model, 2, s) for s in (True, False)}

@@ -1,6 +1,6 @@
 """The question-answering and retrieval-augmented-generation stand-ins mined from ShareGPT
-(common.data.MINED_SETS): each rule on hand-made turns, and enough prompts for a study."""
-from common.data import MINED_SETS, load_dataset_samples
+(common.assets.data.MINED_SETS): each rule on hand-made turns, and enough prompts for a study."""
+from common.assets.data import MINED_SETS, load_dataset_samples
 
 QA, RAG = MINED_SETS["sharegpt-qa"].test, MINED_SETS["sharegpt-rag"].test
 CONTEXT = ("The committee met on Tuesday to review the annual budget. " * 20).strip()

@@ -40,7 +40,7 @@ def test_notebook_holds_only_its_own_artifact(aid):
 def _render(aid, root, out):
     """Run artifact ``aid``'s notebook by hand on the records under ``root`` (no inputs passed)."""
     spec = load_artifacts()[aid]
-    return subprocess.run([sys.executable, "-m", "common.execute",
+    return subprocess.run([sys.executable, "-m", "common.harness.execute",
                            str(ROOT / "notebooks" / f"{aid}.ipynb"), str(out), "-p", "artifact_id", aid,
                            "-p", "results_root", str(root), "-p", "package", spec["package"],
                            "-p", "profile", "embedded"], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from common import data
+from common.assets import data
 from common.config import read_config
-from common.data import DATA_ROOT_ENV, EMBEDDED, PAPER_DATASETS, load_dataset_samples
+from common.assets.data import DATA_ROOT_ENV, EMBEDDED, PAPER_DATASETS, load_dataset_samples
 from common.errors import UserError
 
 pytest.importorskip("datasets")

@@ -75,8 +75,8 @@ def test_paper_tiny_is_the_paper_profile_on_stand_ins():
 
 # ---------------------------------------------------------------- local copies and stand-ins
 def test_model_root_is_read_before_the_hub(tmp_path, monkeypatch):
-    from common.models import MODEL_ROOT_ENV, resolve
-    from common.released import source_folder
+    from common.assets.models import MODEL_ROOT_ENV, resolve
+    from common.components.released_heads import source_folder
 
     copy = tmp_path / "lmsys" / "vicuna-7b-v1.3"
     copy.mkdir(parents=True)
@@ -95,9 +95,9 @@ def test_model_root_is_read_before_the_hub(tmp_path, monkeypatch):
 
 @pytest.mark.model
 def test_stand_ins_load_and_released_ones_convert(embedded, tmp_path, monkeypatch):
-    from common.models import MODEL_ROOT_ENV, load_model
-    from common.released import convert_medusa
-    from common.stand_ins import build
+    from common.assets.models import MODEL_ROOT_ENV, load_model
+    from common.components.released_heads import convert_medusa
+    from common.harness.stand_ins import build
     from prompt_decoding.released import convert_prompt_tokens
 
     stand_ins = {"org/llama": {"arch": "llama", "layers": 3}, "org/t5": {"arch": "t5", "layers": 2},
@@ -123,7 +123,7 @@ def test_stand_ins_load_and_released_ones_convert(embedded, tmp_path, monkeypatc
 
 
 def test_stand_ins_cli_refuses_a_profile_without_them():
-    r = subprocess.run([sys.executable, "-m", "common.stand_ins", "--profile", "smoke"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "common.harness.stand_ins", "--profile", "smoke"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert [l for l in r.stderr.splitlines() if l.startswith("error:")] == [

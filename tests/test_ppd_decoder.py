@@ -6,7 +6,7 @@ from torch import nn
 from common.decoders import get_decoder
 from common.decoders.greedy import Vanilla
 from common.errors import UserError
-from common.models import tiny_llama
+from common.assets.models import tiny_llama
 from ppd_pipelined.decoding import MAX_K, PipelinedDecoder
 
 PROMPTS = [torch.tensor([[1, 5, 6, 7, 5, 6, 40, 41]]), torch.tensor([[1, 9, 30, 31, 2, 77]])]
@@ -172,8 +172,8 @@ def test_bad_input(mixed, tmp_path):
 @pytest.mark.model
 def test_embedded_lossless_on_mt_bench(embedded):
     """k = 1 and 3 sub-worker processes reproduce vanilla greedy on the real model (fp32)."""
-    from common.data import load_dataset_samples
-    from common.prompts import encode_prompt
+    from common.assets.data import load_dataset_samples
+    from common.assets.prompts import encode_prompt
 
     model, tok = embedded
     prompts = [encode_prompt(tok, s.turns[0]) for s in load_dataset_samples("mt-bench", n=2)]

@@ -4,7 +4,7 @@ import torch
 
 import ppd_pipelined.heads as H
 from common.errors import UserError
-from common.training import run_path
+from common.training.loop import run_path
 from ppd_pipelined.config import HeadsConfig
 
 LAYERS = [1, 2]
@@ -85,7 +85,7 @@ def test_bad_layers_and_foreign_checkpoint(tiny, tmp_path):
     data = (sequences(2), sequences(1, seed=1))
     cfg = HeadsConfig(sequences=2, holdout=1, max_len=24, epochs=1, lr=1e-3, batch_size=2)
     H.train_heads(tiny, None, [1], cfg, tmp_path, sequences=data, evaluate_holdout=False)
-    from common.models import tiny_llama
+    from common.assets.models import tiny_llama
     other = tiny_llama(seed=1, layers=6)
     with pytest.raises(UserError, match="was trained for"):
         H.load_heads(other, tmp_path / "heads.pt")

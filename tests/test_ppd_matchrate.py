@@ -8,12 +8,12 @@ import torch
 
 from common.config import load_profile
 from common.errors import UserError, cli_main
-from common.forward import logits_from_hidden
+from common.engine.forward import logits_from_hidden
 from ppd_pipelined.config import HeadsConfig, PPDConfig, SamplingConfig, Table3Config, TaskConfig, from_profile
 from ppd_pipelined.heads import LayerHeads
 from ppd_pipelined.matchrate import choose, decode_with_probes, match_rate, match_record
 from ppd_pipelined.templates import build_prompts, render_task
-from common.data import Sample
+from common.assets.data import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [1, 2, 3]

@@ -9,12 +9,12 @@ import torch
 
 from decoding_checks import assert_component_checks, assert_exact_and_accepting, assert_training_learns
 from common.errors import UserError
-from common.forward import embed
-from common.target import make_target
-from common.training import save_trained
-from common.tree import build_tree
+from common.engine.forward import embed
+from common.engine.target import make_target
+from common.training.loop import save_trained
+from common.engine.tree import build_tree
 from prompt_decoding.decoding import block_rows, new_prompts, node_prompt_injection, prompts_meta
-from prompt_decoding.prompts import ept_allow
+from prompt_decoding.prompt_tokens import ept_allow
 
 PATHS = [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]
 
@@ -83,7 +83,7 @@ def test_a_checkpoint_for_another_model_is_refused(chaotic_llama, tiny, tmp_path
 def test_training_logits_equal_the_decoding_forwards(chaotic_llama, m, n, mask):
     """All cuts of a sequence in one training forward give each cut's prompt tokens the logits
     decoding computes for them inside the verification forward (root = the token at the cut)."""
-    from common.seqtrain import teacher_forward
+    from common.training.seqtrain import teacher_forward
     from prompt_decoding.train import cut_logits
 
     model = chaotic_llama
@@ -170,7 +170,7 @@ def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_l
     the decoder serves the result exactly."""
     from decoding_checks import WordTokenizer, frozen, greedy_sequences
     from common.config import TrainConfig
-    from common.training import Stopping
+    from common.training.loop import Stopping
     from prompt_decoding.train import PromptRecipe, train_prompts
 
     model = chaotic_llama

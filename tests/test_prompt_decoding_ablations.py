@@ -1,4 +1,4 @@
-"""Appendix B's ablation options of the prompt tokens (prompt_decoding.prompts.Extras) on a tiny
+"""Appendix B's ablation options of the prompt tokens (prompt_decoding.prompt_tokens.Extras) on a tiny
 random LLaMA: each does what the paper describes and nothing else (the defaults leave the
 method and its checkpoints as they were), the decoder serves the ones it can run exactly and
 refuses the others, and the config's variant references are checked."""
@@ -7,11 +7,11 @@ import torch
 
 from decoding_checks import assert_exact_and_accepting, frozen
 from common.errors import UserError
-from common.forward import embed, final_norm, num_layers
-from common.seqtrain import teacher_forward
-from common.training import save_trained
+from common.engine.forward import embed, final_norm, num_layers
+from common.training.seqtrain import teacher_forward
+from common.training.loop import save_trained
 from prompt_decoding.decoding import new_prompts, prompts_meta
-from prompt_decoding.prompts import Extras
+from prompt_decoding.prompt_tokens import Extras
 from prompt_decoding.train import cut_logits
 
 IDS = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(4))
@@ -104,7 +104,7 @@ def test_multi_exit_averages_the_last_layers_outputs(chaotic_llama):
 def test_two_stage_training_starts_from_the_first_stage(chaotic_llama, tmp_path):
     from decoding_checks import WordTokenizer, greedy_sequences
     from common.config import TrainConfig
-    from common.training import Stopping
+    from common.training.loop import Stopping
     from prompt_decoding.train import PromptRecipe, train_prompts
 
     model = chaotic_llama

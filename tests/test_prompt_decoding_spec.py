@@ -15,8 +15,8 @@ import torch
 
 from common.decoders import get_decoder
 from common.errors import UserError
-from common.models import tiny_llama, tiny_t5
-from common.training import save_trained
+from common.assets.models import tiny_llama, tiny_t5
+from common.training.loop import save_trained
 from prompt_decoding.decoding import new_prompts, prompts_meta
 from decoding_checks import SPEC_PROMPTS
 
@@ -196,7 +196,7 @@ def test_training_refuses_another_models_answers(target, spec_drafts, tmp_path):
     target's answers, the trainer stops with what to build instead; on its own, it trains."""
     from decoding_checks import WordTokenizer, frozen, greedy_sequences
     from common.config import TrainConfig
-    from common.training import Stopping
+    from common.training.loop import Stopping
     from prompt_decoding.train import PromptRecipe, own_greedy_rate, train_prompts
 
     draft = spec_drafts["random"]
@@ -204,7 +204,7 @@ def test_training_refuses_another_models_answers(target, spec_drafts, tmp_path):
     assert own_greedy_rate(target, *zip(*theirs)) > 0.95 and own_greedy_rate(draft, *zip(*theirs)) < 0.5
     cfg = TrainConfig(lr=1e-2, epochs=1, batch_size=1, warmup_frac=0.0, schedule="cosine", max_steps=2)
     with frozen(draft):
-        with pytest.raises(UserError, match="not this model's own greedy answers .*python -m common.selfdistill"):
+        with pytest.raises(UserError, match="not this model's own greedy answers .*python -m common.training.selfdistill"):
             train_prompts(draft, WordTokenizer(), {"train": theirs, "heldout": theirs}, tmp_path / "x", cfg,
                           Stopping(eval_every=2), PromptRecipe(m=2, n=1, cuts=2))
         own = greedy_sequences(draft, 2, seed=50)
@@ -229,8 +229,8 @@ def test_the_plan_trains_the_drafts_prompt_tokens_on_the_drafts_own_answers():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     draft, own = ".cache/components/embedded/draft/model", ".cache/components/embedded/prompt_tokens/draft"
-    assert f"-m common.selfdistill --model {draft} --out {own}/corpus.pt --prompts 32 " in out
-    assert f"-m common.selfdistill --model {draft} --out {own}/seqcorpus.pt --prompts 320 --skip 32 " in out
+    assert f"-m common.training.selfdistill --model {draft} --out {own}/corpus.pt --prompts 32 " in out
+    assert f"-m common.training.selfdistill --model {draft} --out {own}/seqcorpus.pt --prompts 320 --skip 32 " in out
     assert (f"-m prompt_decoding.train --model {draft} --out {own} --corpus {own}/seqcorpus.pt" in out
             and f"--heldout-corpus {own}/corpus.pt" in out)
     labels = ["vanilla", *(f"speculative@g{g}" for g in spec["gamma"]), *(f"pd_speculative@g{g}" for g in spec["pd_gamma"])]

@@ -92,7 +92,7 @@ def reinstall(repo: Path, site: Path) -> None:
 
 def tiny_model(folder: Path, tok) -> None:
     """A tiny random LLaMA with the embedded model's tokenizer (so MT-Bench prompts encode)."""
-    from common.models import tiny_llama
+    from common.assets.models import tiny_llama
 
     model = tiny_llama(seed=0, layers=2, vocab=len(tok), scale=10.0)
     model.config.max_position_embeddings = 512

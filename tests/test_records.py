@@ -92,7 +92,7 @@ def test_bench_resume_is_refused_on_other_hardware(tmp_path, monkeypatch):
     continue it (its means would mix two machines' timings), it is told to start afresh."""
     import argparse
 
-    from common import bench
+    from common.harness import bench
     from common.errors import UserError
 
     monkeypatch.setenv("REPRO_CACHE_DIR", str(tmp_path / "cache"))
@@ -111,7 +111,7 @@ def test_bench_resume_is_refused_on_other_hardware(tmp_path, monkeypatch):
 
 def test_content_digest_names_the_weights_not_the_path(tmp_path):
     """Records name a component by path; the digest tells a retrained one from the one before."""
-    from common.bench import component_digests
+    from common.harness.bench import component_digests
     from common.records import content_digest
 
     a = tmp_path / "a" / "model"
@@ -130,14 +130,14 @@ def test_content_digest_names_the_weights_not_the_path(tmp_path):
     got = component_digests({"draft": str(a), "gamma": 4, "mode": "static", "heads": str(tmp_path / "absent")})
     assert got == {"draft": content_digest(a)}                  # only options that name something on disk
     # a benchmarked model that is a local folder (BiLD's exit models) is digested too; a converted model's name is not
-    from common.bench import model_digest
+    from common.harness.bench import model_digest
     assert model_digest(str(a)) == {"model_digest": content_digest(a)} and model_digest("smollm2-135m-instruct") == {}
 
 
 def test_decoded_weights_tells_a_benchmark_of_older_weights():
     """A training record against its benchmark's records: the same digest, another (a retraining
     after the benchmark), or none on either side (written before digests existed)."""
-    from common.report import decoded_weights
+    from common.harness.report import decoded_weights
 
     recs = [{"model_digest": "aa"}, {"model_digest": "aa"}]
     assert decoded_weights({"model_digest": "aa"}, recs) == "benchmarked with these weights"
@@ -150,7 +150,7 @@ def test_decoded_weights_tells_a_benchmark_of_older_weights():
 def test_stats_match_joins_a_training_with_the_records_that_loaded_its_path():
     """cross.table's same_weights: the stats' weights_digest against the components digest of the
     records whose options name weights_path (normalised); other components of the records do not count."""
-    from common.report import stats_match
+    from common.harness.report import stats_match
 
     rec = {"decoder": "speculative", "decoder_config": {"draft": "c/draft/model", "gamma": 4},
            "components": {"draft": "aa"}}
@@ -166,7 +166,7 @@ def test_stats_match_joins_a_training_with_the_records_that_loaded_its_path():
 
 def test_content_digest_counts_published_weights_so_a_kept_copy_digests_like_the_original(tmp_path):
     """A training's checkpoint folder (optimizer state, restore_best's copies, the run state,
-    logs) and the kept copy tools/checkpoints.py makes of it hold the same weights: one digest."""
+    logs) and the kept copy tools/keep_components.py makes of it hold the same weights: one digest."""
     import torch
 
     from common.records import content_digest

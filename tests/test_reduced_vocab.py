@@ -1,4 +1,4 @@
-"""The reduced-vocabulary draft (common.reduced_vocab) on tiny random models: the head's logits
+"""The reduced-vocabulary draft (common.components.reduced_vocab) on tiny random models: the head's logits
 and distribution against the full head's, the fast path, the sidecar a checkpoint carries,
 BiLD with a reduced small model (exact at alpha_RB = 0), the token counts, and bad input."""
 import json
@@ -10,10 +10,10 @@ from torch import nn
 from common.decoders import get_decoder
 from decoding_checks import teacher_corpus
 from common.errors import UserError
-from common.fast import PackedLinear, accelerate
-from common.reduced_head import SIDECAR, ReducedHead, apply_sidecar, reduce_vocab
-from common.reduced_vocab import _main, coverage, frequent_tokens, label_tokens
-from common.teacher import teacher_pass
+from common.engine.fast import PackedLinear, accelerate
+from common.components.reduced_head import SIDECAR, ReducedHead, apply_sidecar, reduce_vocab
+from common.components.reduced_vocab import _main, coverage, frequent_tokens, label_tokens
+from common.training.teacher import teacher_pass
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -106,8 +106,8 @@ def test_sidecar_applies_on_load(tiny, tmp_path):
 
 
 def test_load_model_applies_the_sidecar(embedded, tiny, tmp_path):
-    """Through common.models.load_model (what the decoders' small=<folder> use), fast path on."""
-    from common.models import load_model
+    """Through common.assets.models.load_model (what the decoders' small=<folder> use), fast path on."""
+    from common.assets.models import load_model
     tiny.save_pretrained(tmp_path)
     embedded[1].save_pretrained(tmp_path)  # load_model reads a tokenizer; the tiny model has none
     (tmp_path / SIDECAR).write_text(json.dumps({"keep": list(range(0, 96, 3))}))

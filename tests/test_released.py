@@ -13,8 +13,8 @@ from torch import nn
 
 from common.decoders import get_decoder
 from common.errors import UserError
-from common.released import convert_eagle, convert_medusa
-from common.stand_ins import write_medusa_release, write_prompt_tokens_release
+from common.components.released_heads import convert_eagle, convert_medusa
+from common.harness.stand_ins import write_medusa_release, write_prompt_tokens_release
 from prompt_decoding.released import convert_prompt_tokens
 from decoding_checks import assert_exact_and_accepting
 
@@ -68,7 +68,7 @@ def test_medusa_released_heads_compute_the_authors_logits_and_decode_exactly(cha
 
 
 def test_medusa_released_with_measured_accuracies(chaotic_llama, tmp_path):
-    from common.teacher import teacher_pass
+    from common.training.teacher import teacher_pass
     from test_medusa import greedy_corpus
 
     teacher = {"heldout": teacher_pass(chaotic_llama, greedy_corpus(chaotic_llama, 2, 100, 12), 8, 2)}
@@ -170,7 +170,7 @@ def test_prompt_tokens_released_refused_settings(chaotic_llama, tmp_path, cfg, p
 def write_eagle(folder, model, seed=0, **cfg):
     """A synthetic EAGLE-1/2 head in its authors' format (cnets1.Model's state dict: fc,
     layers.0.* without an input norm, a copy of the embeddings) with random weights."""
-    from common.eagle import EagleHead
+    from common.components.eagle_head import EagleHead
     torch.manual_seed(seed)
     ours = EagleHead(model)
     state = {("layers.0." + k[len("layer."):] if k.startswith("layer.") else k): torch.randn(v.shape) * 0.3
@@ -185,7 +185,7 @@ def write_eagle(folder, model, seed=0, **cfg):
 
 def test_eagle_released_head_loads_and_decodes_exactly(chaotic_llama, tmp_path):
     from common.decoders.eagle import Eagle
-    from common.forward import embed
+    from common.engine.forward import embed
     state = write_eagle(tmp_path / "authors", chaotic_llama)
     meta = convert_eagle(tmp_path / "authors", chaotic_llama, tmp_path / "eagle")
     assert meta["released"] == str(tmp_path / "authors")
@@ -218,7 +218,7 @@ def test_eagle_released_bad_folders(chaotic_llama, tmp_path):
 
 
 def test_cli_converts_and_fails_in_one_line(chaotic_llama, tmp_path):
-    """``python -m common.released`` on a saved tiny model; a bad folder ends in one ``error:`` line."""
+    """``python -m common.components.released_heads`` on a saved tiny model; a bad folder ends in one ``error:`` line."""
     from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
 
@@ -230,7 +230,7 @@ def test_cli_converts_and_fails_in_one_line(chaotic_llama, tmp_path):
     src = write_medusa(tmp_path / "authors", chaotic_llama, authors_medusa(chaotic_llama, 2),
                        base_model_name_or_path="x/tiny")
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "common.released", "medusa", "--src", str(src), "--model", str(model_dir),
+    cmd = [sys.executable, "-m", "common.components.released_heads", "medusa", "--src", str(src), "--model", str(model_dir),
            "--out", str(tmp_path / "heads")]
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -250,7 +250,7 @@ def test_bild_finetuned_t5_checkpoint_loads_through_the_profile_loader(t5_pair, 
     from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
 
-    from common.models import load_model
+    from common.assets.models import load_model
 
     large, small = t5_pair
     vocab = {f"t{i}": i for i in range(large.config.vocab_size)}
@@ -273,7 +273,7 @@ def test_bild_finetuned_t5_checkpoint_loads_through_the_profile_loader(t5_pair, 
 
 
 def test_benchmark_cli_on_a_dataset_fixture_with_released_heads(chaotic_llama, tmp_path):
-    """What the paper profile's pd_bench / firp_bench rules run (python -m common.bench
+    """What the paper profile's pd_bench / firp_bench rules run (python -m common.harness.bench
     --dataset gsm8k), on the GSM8K fixture (DECODING_REPRO_DATA) and a saved tiny model, with
     released Medusa heads converted beside vanilla: every record's tokens equal vanilla's."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -291,13 +291,13 @@ def test_benchmark_cli_on_a_dataset_fixture_with_released_heads(chaotic_llama, t
                        base_model_name_or_path="lab/tiny")
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HOME": str(tmp_path),
            "OMP_NUM_THREADS": "1", "DECODING_REPRO_DATA": str(REPO / "tests" / "fixtures" / "datasets")}
-    r = subprocess.run([sys.executable, "-m", "common.released", "medusa", "--src", str(src), "--model",
+    r = subprocess.run([sys.executable, "-m", "common.components.released_heads", "medusa", "--src", str(src), "--model",
                         str(model_dir), "--out", str(tmp_path / "heads")], cwd=REPO, env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     out = tmp_path / "bench.jsonl"
     dcfg = json.dumps({"medusa": {"heads": str(tmp_path / "heads"), "tree": 16}})
-    r = subprocess.run([sys.executable, "-m", "common.bench", "--model", str(model_dir), "--decoders", "vanilla,medusa",
+    r = subprocess.run([sys.executable, "-m", "common.harness.bench", "--model", str(model_dir), "--decoders", "vanilla,medusa",
                         "--dataset", "gsm8k", "--n", "2", "--max-new-tokens", "12", "--decoder-config", dcfg,
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]

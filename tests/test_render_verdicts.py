@@ -1,6 +1,6 @@
-"""common.render: every table carries a verdict, the paper's numbers stand beside ours, missing
+"""common.harness.render: every table carries a verdict, the paper's numbers stand beside ours, missing
 cells print as "—", and the executed notebook closes with what the artifact shows;
-common.summary: results/SUMMARY.md is made from the tables."""
+common.harness.summary: results/SUMMARY.md is made from the tables."""
 import math
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from common.render import Render, beside_line, close_notebook, paper_beside_ours
-from common.summary import header, summary
+from common.harness.render import Render, beside_line, close_notebook, paper_beside_ours
+from common.harness.summary import header, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def test_setup_only_and_existing_trend_count(R, tmp_path):
 def test_a_comparison_across_training_data_is_no_test(R):
     """Trainings on different data make the line name who saw what and give no verdict; the
     same data (or one training) leave the line as it was."""
-    from common.report import mixed_data
+    from common.harness.report import mixed_data
     a = {"train_sequences": 8960, "heldout_sequences": 64}
     b = {"train_sequences": 320, "heldout_sequences": 32}
     assert mixed_data({"x": a, "y": dict(a)}) is None and mixed_data({"x": a}) is None

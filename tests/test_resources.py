@@ -75,8 +75,8 @@ def test_every_rule_declares_resources(slurm_plan):
 
 def test_commands_exist_and_name_registered_models(slurm_plan):
     """Each command's module exists; every --model and --dataset is a registered name."""
-    from common.data import EMBEDDED, PAPER_DATASETS
-    from common.models import MODELS
+    from common.assets.data import EMBEDDED, PAPER_DATASETS
+    from common.assets.models import MODELS
 
     profile, planned = slurm_plan
     for rule, _, cmd in planned:

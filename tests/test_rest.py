@@ -1,4 +1,4 @@
-"""REST (common.datastore, common.decoders.rest): the datastore answers with the continuations of
+"""REST (common.components.rest_datastore, common.decoders.rest): the datastore answers with the continuations of
 the longest matching suffix, is refused for another tokenizer, and is built by a CLI that
 records its size and build time; the decoder records retrieval time per step. Exactness against
 vanilla on the tiny model is the shared lossless test's (tests/test_core_engine.py)."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.datastore import META, SUFFIXES, TOKENS, build_datastore, open_datastore
+from common.components.rest_datastore import META, SUFFIXES, TOKENS, build_datastore, open_datastore
 from common.decoders import get_decoder
 from common.errors import UserError, cli_main
 from common.records import content_digest
@@ -106,8 +106,8 @@ def test_decoder_options_and_stats(store, chaotic_llama, one_thread):
 
 
 def test_cli_builds_from_sharegpt_and_decoder_checks_tokenizer(tmp_path, embedded, capsys, store):
-    from common.corpus import tokenizer_identity
-    from common.datastore import _main
+    from common.training.corpus import tokenizer_identity
+    from common.components.rest_datastore import _main
 
     model, tok = embedded
     out, stats = tmp_path / "sharegpt", tmp_path / "stats.json"

@@ -8,13 +8,13 @@ next-token distribution (chi-square), and bad input.
 import pytest
 import torch
 
-from common import acceptance as acc
+from common.engine import acceptance as acc
 from common.decoders import DECODERS, get_decoder, tree_loop
 from common.decoders.tree_loop import (Proposal, Proposer, TreeDecoder, candidates_from_topk,
                                        chain_tree)
 from common.errors import UserError
-from common.models import tiny_llama
-from common.tree import build_tree
+from common.assets.models import tiny_llama
+from common.engine.tree import build_tree
 from decoding_checks import SPEC_PROMPTS
 
 PROMPTS = SPEC_PROMPTS

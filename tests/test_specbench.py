@@ -1,10 +1,10 @@
-"""The Spec-Bench export (common.specbench): the fields Spec-Bench's evaluation scripts read,
+"""The Spec-Bench export (common.harness.specbench): the fields Spec-Bench's evaluation scripts read,
 its category names, one file per decoder, and one error for a record that is not a benchmark's."""
 import json
 
 import pytest
 
-from common import specbench
+from common.harness import specbench
 from common.errors import UserError
 from common.records import write_jsonl
 
@@ -68,7 +68,7 @@ def test_cli_on_committed_records(tmp_path):
 
 def test_category_of_records():
     """A record's Spec-Bench category: its dataset's task where the dataset stands for one, else the
-    sample's own (common.bench records it); a record with neither is one error."""
+    sample's own (common.harness.bench records it); a record with neither is one error."""
     assert specbench.category_of({"dataset": "mt-bench", "category": "stem"}) == "stem"
     assert specbench.category_of({"dataset": "sharegpt-rag", "category": "sharegpt-rag"}) == "rag"
     assert specbench.category_of({"dataset": "gsm8k"}) == "math_reasoning"
@@ -90,7 +90,7 @@ def test_export_reads_the_records_text_and_names_files(tmp_path):
 def test_ranks_beside_the_leaderboard_by_hand():
     """Per Spec-Bench task, the order of the methods both rank, ours beside the board's: a method
     we did not run (or did not run on that task) is left out, Spearman needs three methods."""
-    from common.specbench import ranks_beside, task_of
+    from common.harness.specbench import ranks_beside, task_of
 
     board = {"speedup": {"EAGLE": [2.0, 1.5, 3.0], "PLD": [1.5, 1.0, 2.5], "Medusa": [1.8, 1.2, 2.8],
                          "Hydra": [1.9, 1.4, 2.9]}}
@@ -118,7 +118,7 @@ def test_the_leaderboard_file_names_study_labels_and_one_value_per_task():
     """Every board gives each method one speedup per task column, and every method maps to a
     label the embedded study runs (so a renamed label cannot silently drop out of the ranking)."""
     from common.config import load_profile, study_section
-    from common.specbench import leaderboard
+    from common.harness.specbench import leaderboard
 
     lb = leaderboard()
     assert lb["tasks"][-1] == "overall" and lb["source"]["commit"]

@@ -38,7 +38,7 @@ def test_a_component_without_a_training_record_is_one_error():
 
 
 def test_components_line_says_whether_every_run_decoded_with_the_same_weights():
-    from common.report import components_line
+    from common.harness.report import components_line
 
     def rec(decoder, digest=None, cfg=None):
         r = {"decoder": decoder, "decoder_config": cfg or {}}

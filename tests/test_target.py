@@ -1,7 +1,7 @@
 """The target adapter owns the model's KV cache, and times forwards honestly on CUDA.
 
 * No decoder, proposer or worker outside the adapter modules touches a target's ``.cache``:
-  they go through :class:`common.target.CausalTarget`'s methods (``run_layers``,
+  they go through :class:`common.engine.target.CausalTarget`'s methods (``run_layers``,
   ``append_layer_kv``, ``gather_kv``, ``append_kv``, ``fresh``, ``layer_length``). A proposer's
   cache of its own model (EAGLE's draft head) is not a target's and is not looked at.
 * ``Target._timed`` synchronizes a CUDA device before each clock reading (no GPU needed: the
@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import common.target as target_mod
-from common.target import CausalTarget
+import common.engine.target as target_mod
+from common.engine.target import CausalTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("common", "ppd_pipelined", "bild", "prompt_decoding", "firp")
 # The adapter and the cache mechanics it drives.
-OWNERS = {"common/target.py", "common/cache.py", "common/fast.py"}
+OWNERS = {"common/engine/target.py", "common/engine/cache.py", "common/engine/fast.py"}
 
 
 def _target_cache_uses(tree: ast.AST) -> list[int]:
@@ -54,7 +54,7 @@ def test_nothing_outside_the_adapter_touches_a_targets_cache():
             if rel in OWNERS:
                 continue
             hits += [f"{rel}:{n}" for n in _target_cache_uses(ast.parse(f.read_text()))]
-    assert not hits, f"a target's cache used outside common/target.py (add an adapter method): {hits}"
+    assert not hits, f"a target's cache used outside common/engine/target.py (add an adapter method): {hits}"
 
 
 @pytest.mark.parametrize("source, found", [

@@ -3,10 +3,10 @@ model or a setting changes."""
 import pytest
 import torch
 
-import common.selfdistill
-import common.teacher as T
+import common.training.selfdistill
+import common.training.teacher as T
 from common.errors import UserError
-from common.models import tiny_llama
+from common.assets.models import tiny_llama
 
 
 def seqs(n, seed=0, lo=3, hi=20):
@@ -49,7 +49,7 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(T, "teacher_pass", counting)
     monkeypatch.setattr(T, "sharegpt_text", lambda tok, n, skip, max_len, max_prompt_tokens: seqs(n, 1, hi=max_len - 1))
-    monkeypatch.setattr(common.selfdistill, "load_or_build", lambda path, model, tok, **kw: seqs(kw["n_prompts"], 2))
+    monkeypatch.setattr(common.training.selfdistill, "load_or_build", lambda path, model, tok, **kw: seqs(kw["n_prompts"], 2))
     return calls
 
 

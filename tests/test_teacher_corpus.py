@@ -1,4 +1,4 @@
-"""The teacher cache read from the sharded corpus (common.teacher.from_corpus) on a tiny random
+"""The teacher cache read from the sharded corpus (common.training.teacher.from_corpus) on a tiny random
 model: its held-out set is the corpus's held-out shard, its training set the shards up to the
 token goal, a killed pass resumes from the finished shards to the same cache, and a corpus of
 another model is refused."""
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import corpus, teacher
+from common.training import corpus, teacher
 from common.errors import UserError
-from common.models import tiny_llama
+from common.assets.models import tiny_llama
 
 from decoding_checks import tiny_corpus
 
@@ -106,7 +106,7 @@ def test_cli_needs_a_source(tmp_path, capsys):
 def test_in_forward_trainers_read_the_same_sets(model, built, tmp_path):
     import argparse
 
-    from common import seqtrain
+    from common.training import seqtrain
     ap = argparse.ArgumentParser()
     seqtrain.add_args(ap)
     a = ap.parse_args(["--corpus-dir", str(built), "--max-prompt-tokens", "3"])
@@ -174,8 +174,8 @@ def test_reference_text_is_trained_on_and_the_corpus_held_out_shard_evaluates(mo
     held-out prompts trains, the held-out shard evaluates, and the text costs no forward pass."""
     from decoding_checks import teacher_corpus
 
-    from common.draft import distill
-    from common.training import Stopping, TrainConfig
+    from common.components.draft_model import distill
+    from common.training.loop import Stopping, TrainConfig
     text = teacher_corpus(model, 5, seed0=50, new=6)
     asked = {}
 
@@ -263,9 +263,9 @@ def test_prompt_tokens_without_distillation_learn_the_replies_to_the_corpus_prom
     """--no-distill with --corpus-dir: the reference replies to as many conversations as the
     corpus's training shards answer, after its held-out prompts (the ablation changes the labels
     only), not --prompts after --heldout-prompts (which skip the greedy corpus cache's prompts)."""
-    import common.train_cli
+    import common.training.cli
     import prompt_decoding.train as pd_train
-    monkeypatch.setattr(common.train_cli, "load_model", lambda name, **kw: (model, None))
+    monkeypatch.setattr(common.training.cli, "load_model", lambda name, **kw: (model, None))
     asked, got = {}, {}
 
     def stand_in(tok, n, skip, max_len, max_prompt_tokens):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from common.errors import UserError
-from common.training import Stopping, TrainConfig, load_trained, read_trained, train
+from common.training.loop import Stopping, TrainConfig, load_trained, read_trained, train
 
 DATA = [(torch.randn(4, generator=torch.Generator().manual_seed(i)), i % 3) for i in range(40)]
 
@@ -56,7 +56,7 @@ def test_loss_decreases_and_resume_is_exact(tmp_path):
 def test_a_run_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path, monkeypatch):
     """A run interrupted on a lent GPU and continued here: its tensors carry a CUDA location, which
     torch.load refuses on a CPU-only machine unless the loop maps them to the module's device."""
-    from common.training import run_path
+    from common.training.loop import run_path
     cfg = TrainConfig(lr=0.05, epochs=4, batch_size=8, checkpoint_every=3)
     full = fresh()
     train(full, DATA, loss_fn, cfg, tmp_path / "a.pt")
@@ -200,7 +200,7 @@ def recording(values, seen: dict):
 
 
 def test_the_best_evaluation_is_published_and_a_continued_run_resumes_from_the_last(tmp_path):
-    from common.training import chosen_row, run_summary
+    from common.training.loop import chosen_row, run_summary
     cfg = TrainConfig(lr=0.05, epochs=10, batch_size=8, checkpoint_every=3)  # 50 steps at most
     stop = Stopping(eval_every=5, patience=2, min_delta=0.01)
     peaked = [0.1, 0.3, 0.5, 0.4, 0.45]  # evaluations at steps 0, 5, 10, 15, 20: best at 10, flat at 20
@@ -259,7 +259,7 @@ def test_wall_budget_stops_with_a_last_evaluation(tmp_path):
     assert again["stopped"] == "wall budget" and first < again["step"] < 50
     assert again["curve"][:len(state["curve"])] == state["curve"] and again["wall_s"] >= state["wall_s"] + 0.6
     # the stats of the resumed run charge both sessions' training, not only the last one's
-    from common.training import run_summary
+    from common.training.loop import run_summary
     stats = run_summary(tmp_path / "w.pt", log, more, cfg, started)
     assert stats["train_wall_s"] == again["wall_s"] >= state["wall_s"] + 0.6 and stats["session_wall_s"] > 0
 
@@ -304,16 +304,16 @@ def test_interrupted_run_resumes_to_the_same_parameters_and_curve(tmp_path):
 
 def _refuse_loading(monkeypatch, model=None):
     """Model loading returns ``model`` (or fails the test); building training data always fails."""
-    import common.seqtrain
-    import common.train_cli
+    import common.training.seqtrain
+    import common.training.cli
 
     def load(name, **kw):
         if model is None:
             raise AssertionError("the model was loaded before the options were checked")
         return model, None
 
-    monkeypatch.setattr(common.train_cli, "load_model", load)  # what component_main calls
-    monkeypatch.setattr(common.seqtrain, "from_args", lambda *a: (_ for _ in ()).throw(
+    monkeypatch.setattr(common.training.cli, "load_model", load)  # what component_main calls
+    monkeypatch.setattr(common.training.seqtrain, "from_args", lambda *a: (_ for _ in ()).throw(
         AssertionError("the training data was built before the options were checked")))
 
 
@@ -336,7 +336,7 @@ def test_bad_trainer_options_fail_before_anything_is_loaded(monkeypatch, tmp_pat
 
 
 def test_firp_layers_beyond_the_model_fail_before_the_corpus_is_built(monkeypatch, tmp_path):
-    from common.models import tiny_llama
+    from common.assets.models import tiny_llama
     from firp.train import _main
     tiny = tiny_llama(seed=0)  # its own copy: the trainer freezes the model it loads
     _refuse_loading(monkeypatch, tiny)
@@ -347,7 +347,7 @@ def test_firp_layers_beyond_the_model_fail_before_the_corpus_is_built(monkeypatc
 
 
 def test_corpus_cache_key_drops_default_settings():
-    from common.selfdistill import cache_key
+    from common.training.selfdistill import cache_key
     base = {"n_prompts": 32, "max_new_tokens": 128}
     assert cache_key(**base) == base
     assert cache_key(**base, skip=0, max_prompt_tokens=None, dataset="sharegpt", batch_size=8) == base
@@ -358,18 +358,18 @@ def test_corpus_cache_key_drops_default_settings():
 def test_stats_name_the_code_a_training_started_with(monkeypatch, tmp_path):
     """A commit made while a training runs (hours, beside other work) is not the code that
     trained: the stats name the version read when the run started."""
-    import common.train_cli
-    from common.models import tiny_llama
+    import common.training.cli
+    from common.assets.models import tiny_llama
     versions = iter(["started-at", "committed-meanwhile"])
-    monkeypatch.setattr(common.train_cli, "code_version", lambda: next(versions))
-    monkeypatch.setattr(common.train_cli, "load_model", lambda *a, **k: (tiny_llama(seed=0), None))
+    monkeypatch.setattr(common.training.cli, "code_version", lambda: next(versions))
+    monkeypatch.setattr(common.training.cli, "load_model", lambda *a, **k: (tiny_llama(seed=0), None))
 
     def add_data(ap):
         ap.add_argument("--data", default=None)
 
     def train_fn(a, model, tok, data, cfg, stop):
         return {"trained": True}
-    common.train_cli.component_main("t", lambda ap: None, train_fn, (add_data, lambda a, m, t: None),
+    common.training.cli.component_main("t", lambda ap: None, train_fn, (add_data, lambda a, m, t: None),
                                     ["--model", "m", "--out", str(tmp_path), "--stats-out", str(tmp_path / "s.json")])
     assert json.loads((tmp_path / "s.json").read_text())["code_version"] == "started-at"
 
@@ -377,10 +377,10 @@ def test_stats_name_the_code_a_training_started_with(monkeypatch, tmp_path):
 def test_trainer_stats_name_the_digest_of_the_weights_decoders_load(monkeypatch, tmp_path):
     """weights_digest is the digest a benchmark keeps for the folder it loads (weights_path): the whole model's
     model/ subfolder where there is one (its training state beside it does not count), else --out."""
-    import common.train_cli
+    import common.training.cli
     from common.records import content_digest
-    monkeypatch.setattr(common.train_cli, "load_model", lambda *a, **k: (torch.nn.Linear(2, 2), None))
-    monkeypatch.setattr(common.train_cli, "check_start", lambda *a: None)
+    monkeypatch.setattr(common.training.cli, "load_model", lambda *a, **k: (torch.nn.Linear(2, 2), None))
+    monkeypatch.setattr(common.training.cli, "check_start", lambda *a: None)
     digests = {}
     for whole in (False, True):
         out = tmp_path / f"out{int(whole)}"
@@ -391,7 +391,7 @@ def test_trainer_stats_name_the_digest_of_the_weights_decoders_load(monkeypatch,
             if whole:
                 torch.save({"module": {"w": torch.zeros(5)}}, out / "train.pt")
             return {}
-        common.train_cli.component_main("t", lambda ap: None, train_fn, (lambda ap: None, lambda a, m, t: None),
+        common.training.cli.component_main("t", lambda ap: None, train_fn, (lambda ap: None, lambda a, m, t: None),
                                         ["--model", "m", "--out", str(out), "--stats-out", str(tmp_path / f"s{int(whole)}.json")])
         stats = json.loads((tmp_path / f"s{int(whole)}.json").read_text())
         digests[whole] = stats["weights_digest"]

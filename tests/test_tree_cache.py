@@ -3,11 +3,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from common.cache import accept_path, crop_to, keep_positions, seq_length
+from common.engine.cache import accept_path, crop_to, keep_positions, seq_length
 from common.errors import UserError
-from common.forward import attention_mask_4d, check_layer, embed, logits_from_hidden, run_layers
-from common.target import make_target
-from common.tree import build_tree, chain_paths, load_tree, save_tree
+from common.engine.forward import attention_mask_4d, check_layer, embed, logits_from_hidden, run_layers
+from common.engine.target import make_target
+from common.engine.tree import build_tree, chain_paths, load_tree, save_tree
 
 PATHS = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 1, 0), (0, 1, 1)]
 TOKENS = {(): 5, (0,): 11, (1,): 12, (2,): 13, (0, 0): 21, (0, 1): 22, (1, 0): 23,
@@ -131,7 +131,7 @@ def test_check_layer(tiny):
 def test_resolve_tree_is_the_one_tree_option_resolver(tmp_path):
     """A size stays a size (the decoder builds its tree), names a stored tree when the decoder
     keeps some, and a file's paths come back unless deeper than the decoder can fill."""
-    from common.tree import resolve_tree, save_tree
+    from common.engine.tree import resolve_tree, save_tree
 
     paths = [(0,), (1,), (0, 0)]
     save_tree(tmp_path / "tree_3.json", paths)

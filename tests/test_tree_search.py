@@ -4,8 +4,8 @@ import itertools
 import pytest
 
 from common.errors import UserError
-from common.tree import build_tree
-from common.tree_search import best_tree, expected_accept_length
+from common.engine.tree import build_tree
+from common.engine.tree_search import best_tree, expected_accept_length
 
 ACC = [[0.6, 0.2, 0.1], [0.5, 0.2, 0.1], [0.4, 0.15]]  # 3 + 9 + 18 = 30 possible paths
 

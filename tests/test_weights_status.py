@@ -1,5 +1,5 @@
 """Which benchmark records decoded weights their components no longer hold:
-common.report.weights_status (the comparison) and tools/weights_status.py (the references: the
+common.harness.report.weights_status (the comparison) and tools/weights_status.py (the references: the
 cache, the trainings' stats, the kept copy, the newest record), and tools/study_status.py's use of it."""
 import json
 import shutil
@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import weights_status as tool  # noqa: E402
 
 from common.records import content_digest  # noqa: E402
-from common.report import decoded_components, weights_status  # noqa: E402
+from common.harness.report import decoded_components, weights_status  # noqa: E402
 
 
 def _rec(decoder, path, digest, opt="heads"):
@@ -71,7 +71,7 @@ def test_content_digest_without_a_file_is_the_folder_before_it(tmp_path):
 def test_a_datastore_rebuilt_since_its_meta_dropped_the_build_time_is_the_same(tmp_path, monkeypatch):
     """Older builders wrote build_s into datastore.json (and the same JSON as the rule's stats):
     a record of such a build names the rebuilt folder's arrays under another digest."""
-    from common.datastore import build_datastore
+    from common.components.rest_datastore import build_datastore
 
     new = tmp_path / "ds"
     stats = build_datastore([[1, 2, 3], [2, 3, 4]], new, 8, "t", "t", "test")
@@ -143,10 +143,10 @@ def test_a_trainings_stats_come_before_the_kept_copy(tmp_path, monkeypatch):
 
 
 def test_a_whole_model_kept_as_a_delta_is_the_model_it_was_kept_from(tmp_path, monkeypatch):
-    """tools/checkpoints.py keeps a draft's model/ folder as a delta against the base model; its
+    """tools/keep_components.py keeps a draft's model/ folder as a delta against the base model; its
     digest is the original folder's, read off the manifest (the delta's bytes are not the model's)."""
-    from common.draft import truncated_copy
-    from common.models import checkpoint_dir, tiny_llama
+    from common.components.draft_model import truncated_copy
+    from common.assets.models import checkpoint_dir, tiny_llama
     from common.weights_delta import split
 
     raw, _ = _profile_tree(tmp_path, monkeypatch)

@@ -7,7 +7,7 @@ the held-out top-1 of the weights it kept (the evaluation at its stats' ``chosen
 early stopping kept the best one, else the last; the first head's or first distance's where a
 component predicts several; PPD's heads: their match rate), the examples and steps it trained
 for, and why it stopped (its ``*_stats.json``). For every benchmark record file
-(``results/**/raw/*.jsonl`` whose records carry ``common.report.BENCH_FIELDS``) that differs:
+(``results/**/raw/*.jsonl`` whose records carry ``common.harness.report.BENCH_FIELDS``) that differs:
 each decoder's mean accepted length (tau) and speedup over ``vanilla`` in the same file, and
 the device that ran each side (a speedup moves with the machine too). Both sides are read with ``git show`` so nothing in the working tree
 is touched. A file absent at one commit leaves that side blank.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from common.report import BENCH_FIELDS, summarize, to_markdown  # noqa: E402
+from common.harness.report import BENCH_FIELDS, summarize, to_markdown  # noqa: E402
 
 
 REPO = ROOT  # the repository read (--repo; tests point it at a scratch one)

@@ -9,7 +9,7 @@ the rest will take:
 
 Per dataset: ``done`` (its record ``<results>/cross/raw/study_<dataset>.jsonl`` exists; the
 hardware and code version it names), ``stale`` (it exists, but some decoder ran with other options
-than the config sets now, ``common.report.stale_settings``: a setting re-chosen after the run; or
+than the config sets now, ``common.harness.report.stale_settings``: a setting re-chosen after the run; or
 it decoded older weights than its components hold now, tools/weights_status.py: one retrained
 after the run; the whole dataset is rerun, so that its decoders stay interleaved with one vanilla), ``partial`` (a
 resume log under ``.cache/resume/``: how many prompts are finished, on which hardware; only that
@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common.config import AA_LABEL, bench_decoders, labels_config, load_profile, study_section  # noqa: E402
-from common.data import load_dataset_samples  # noqa: E402
+from common.assets.data import load_dataset_samples  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import ResumeLog, read_jsonl  # noqa: E402
-from common.report import components_line, decoded_components, stale_settings  # noqa: E402
+from common.harness.report import components_line, decoded_components, stale_settings  # noqa: E402
 
 import weights_status  # noqa: E402  (tools/, beside this script)
 
@@ -143,7 +143,7 @@ def main(argv=None) -> None:
     if (table.state != "done").any() and (missing := missing_components(args.profile)):
         print("not on this machine (neither in the cache nor kept in git): " + ", ".join(missing)
               + "; the jobs above build REST's datastore themselves (rule rest_datastore), the trained "
-              "components are retrained first and kept (docs/study.md, step 1: tools/checkpoints.py keep cross "
+              "components are retrained first and kept (docs/study.md, step 1: tools/keep_components.py keep cross "
               "draft bild_small_aligned), so no later session retrains them")
     done = int((table.state == "done").sum())
     old_weights = int(table.state.str.startswith("stale: weights").sum())

@@ -4,12 +4,12 @@ Records name a trained component by its cache path (``.cache/components/<profile
 later training overwrites that path: a benchmark run before a retraining keeps the old weights'
 numbers under the same name. Each record also carries the content digest of what it loaded
 (``components``, ``model_digest``; :func:`common.records.content_digest`). This tool compares them,
-per record file and component path, with a reference (:func:`common.report.weights_status`):
+per record file and component path, with a reference (:func:`common.harness.report.weights_status`):
 
 1. the cache's copy, where this machine's cache has the component;
 2. else the weights its training's stats name (``weights_path``, ``weights_digest`` in
    ``results/<package>/raw/*_stats.json``: a fresh clone knows of a retraining without its weights);
-3. else the copy kept in git (``results/<package>/checkpoints/<profile>/``, tools/checkpoints.py);
+3. else the copy kept in git (``results/<package>/checkpoints/<profile>/``, tools/keep_components.py);
 4. else the weights of the record file committed last that decoded the path.
 
     python tools/weights_status.py [--profile embedded] [--all]
@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common.config import load_profile  # noqa: E402
-from common.datastore import META as DATASTORE_META  # noqa: E402
+from common.components.rest_datastore import META as DATASTORE_META  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import NOT_DECODED, content_digest, read_jsonl  # noqa: E402
-from common.report import decoded_components, weights_status  # noqa: E402
+from common.harness.report import decoded_components, weights_status  # noqa: E402
 from common.weights_delta import kept_digest  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def committed_at(files, root: Path = ROOT) -> dict[str, float]:
 
 def trained_digests(results: Path, root: Path = ROOT) -> dict[str, tuple[str, str]]:
     """``{path: (digest, where)}`` from the trainings' stats that name their weights
-    (:func:`common.train_cli.component_main`); where two name one path, the one committed last."""
+    (:func:`common.training.cli.component_main`); where two name one path, the one committed last."""
     out, when = {}, {}
     files = sorted(results.glob("*/raw/*_stats.json"))
     stamps = committed_at([os.path.relpath(f, root) for f in files], root)
@@ -153,7 +153,7 @@ def datastore_meta_digests(folder: Path, root: Path = ROOT) -> dict[str, str]:
 
 
 def status(profile: str, root: Path = ROOT) -> pd.DataFrame:
-    """:func:`common.report.weights_status` of every benchmark record file of ``profile``."""
+    """:func:`common.harness.report.weights_status` of every benchmark record file of ``profile``."""
     results = root / load_profile(None, profile).results_root
     runs = benchmark_runs(results, root)
     decoded: dict[str, set] = {}

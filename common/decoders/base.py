@@ -25,7 +25,7 @@ import torch
 from ..checkpoints import read_trained
 from ..errors import UserError
 from ..hardware import device_clock
-from ..target import make_target, model_kind
+from ..engine.target import make_target, model_kind
 from .registry import DECODERS, decoder_class
 
 
@@ -113,7 +113,7 @@ def as_option(default) -> Option:
 
 
 class Decoder:
-    """Base class: holds the model and its :class:`~common.target.Target`, checks options,
+    """Base class: holds the model and its :class:`~common.engine.target.Target`, checks options,
     times ``_generate``."""
 
     name = "base"

@@ -1,7 +1,7 @@
 """Decoder ``eagle`` (Li et al., 2024): a one-layer draft head that extrapolates the target's
 features, verified on the shared tree loop; EAGLE-1's static tree and EAGLE-2's dynamic tree.
 
-The draft head (:class:`common.eagle.EagleHead`, with its trainer) reads, at position ``j``, the target's final feature
+The draft head (:class:`common.components.eagle_head.EagleHead`, with its trainer) reads, at position ``j``, the target's final feature
 ``h_j`` (after the final norm: the LM head's input) and the embedding of token ``x_{j+1}``:
 ``fc([emb(x_{j+1}); h_j])`` (2d -> d) goes through one decoder layer of the target's own
 architecture (its input norm dropped, as in EAGLE) and predicts ``h_{j+1}``; tokens are read
@@ -31,15 +31,15 @@ from pathlib import Path
 
 import torch
 
-from ..cache import crop_to
+from ..engine.cache import crop_to
 from ..checkpoints import load_trained, save_trained
-from ..eagle import CHECKPOINT, EagleHead, head_meta, new_head
+from ..components.eagle_head import CHECKPOINT, EagleHead, head_meta, new_head
 from ..errors import UserError
 from ..hardware import device_clock
-from ..fast import pack_like
-from ..forward import attention_mask_4d, causal_allow, embed
-from ..reduced_head import ReducedHead, reduced_readout, write_draft_vocab
-from ..tree import build_tree, load_tree, save_tree
+from ..engine.fast import pack_like
+from ..engine.forward import attention_mask_4d, causal_allow, embed
+from ..components.reduced_head import ReducedHead, reduced_readout, write_draft_vocab
+from ..engine.tree import build_tree, load_tree, save_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, tree_option
 
@@ -182,7 +182,7 @@ class EagleProposer(Proposer):
 
 
 class Eagle(TreeDecoder):
-    """Decoder ``eagle``: ``head`` (a folder written by ``python -m common.eagle``), ``mode``
+    """Decoder ``eagle``: ``head`` (a folder written by ``python -m common.components.eagle_head``), ``mode``
     static (``tree``: a stored size or a tree JSON file) or dynamic (``depth``, ``topk``,
     ``total`` nodes, root included)."""
 
@@ -218,7 +218,7 @@ class Eagle(TreeDecoder):
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
         # the stored meta also says what the head was trained on; only the base model must match
-        folder, state = self.trained_component("head", CHECKPOINT, "python -m common.eagle",
+        folder, state = self.trained_component("head", CHECKPOINT, "python -m common.components.eagle_head",
                                                lambda meta: {**meta, **head_meta(model)})
         self.head = new_head(model)
         load_trained(self.head, state)

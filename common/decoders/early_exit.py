@@ -2,7 +2,7 @@
 norm and its LM head propose tokens, and the target verifies them without recomputing those
 ``k`` layers.
 
-Two :class:`~common.target.Target` s share one model and one cache:
+Two :class:`~common.engine.target.Target` s share one model and one cache:
 
 * :class:`ExitDraftTarget` (the small model) runs layers ``[0, k)`` on each token it is fed,
   appending their keys/values to the shared cache, and reads its next-token distribution off
@@ -18,15 +18,15 @@ positions the verifier rejects are cut from every layer by the verifier's ``acce
 draft's ``crop`` has nothing left to do. Between steps every layer holds the committed tokens
 but the newest; mid-step, layers ``[0, k)`` run ahead by the drafted positions.
 
-Decoder-only models with the layer stack :mod:`common.forward` drives; chains only.
+Decoder-only models with the layer stack :mod:`common.engine.forward` drives; chains only.
 """
 from __future__ import annotations
 
 import torch
 
 from ..errors import UserError
-from ..forward import Verified, check_context, check_layer, embed, final_norm, logits_from_hidden, num_layers
-from ..target import CausalTarget, SharedCacheTarget
+from ..engine.forward import Verified, check_context, check_layer, embed, final_norm, logits_from_hidden, num_layers
+from ..engine.target import CausalTarget, SharedCacheTarget
 
 
 class SharedExitTarget(CausalTarget):

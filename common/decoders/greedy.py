@@ -2,7 +2,7 @@
 
 Kept as strong as the library's own ``generate``: one forward per token through the target's
 ``model(...)`` call on its cache, only the last position's logits computed, no Python-side
-copies. Serves causal LMs and encoder-decoders alike (:mod:`common.target`).
+copies. Serves causal LMs and encoder-decoders alike (:mod:`common.engine.target`).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..fast import stock_copy
+from ..engine.fast import stock_copy
 from .base import DecodeOutput, Decoder, Option
 
 

@@ -12,7 +12,7 @@ is row 0 column 0). Row 0 is the current guess of the ``W`` next positions, row 
 ``r``-th Jacobi iterate one position further on. A window cell attends to the cached context,
 to row 0's columns ``<= c`` (a causal sequence starting at the root) and to the cells of
 column ``c`` in rows ``1..r`` (its own trajectory): the authors' mask. The window enters the
-verification forward as an :class:`~common.forward.Injection` at layer 0 (its tokens'
+verification forward as an :class:`~common.engine.forward.Injection` at layer 0 (its tokens'
 embeddings); tree nodes never attend to injected positions, so the verified logits are exactly
 those of decoding the tree alone, and the window's positions leave the cache after the step.
 
@@ -43,8 +43,8 @@ from functools import lru_cache
 import torch
 
 from ..errors import UserError
-from ..forward import Injection, embed
-from ..tree import TreeBuffers, build_tree
+from ..engine.forward import Injection, embed
+from ..engine.tree import TreeBuffers, build_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder
 

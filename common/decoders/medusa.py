@@ -1,6 +1,6 @@
 """Decoder ``medusa`` (Cai et al., 2024): the heads' top-k candidates verified as a tree.
 
-The heads, their training and their best sparse trees are :mod:`common.medusa`'s; this module
+The heads, their training and their best sparse trees are :mod:`common.components.medusa_heads`'s; this module
 only proposes from them (:class:`MedusaProposer`) and runs the tree loop.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 from ..checkpoints import load_trained, save_trained
 from ..errors import UserError
 from ..hardware import device_clock
-from ..medusa import TREE_SIZES, MedusaHeads, heads_meta, new_heads
-from ..reduced_head import reduced_readout, write_draft_vocab
-from ..tree import build_tree, chain_paths, resolve_tree, save_tree
+from ..components.medusa_heads import TREE_SIZES, MedusaHeads, heads_meta, new_heads
+from ..components.reduced_head import reduced_readout, write_draft_vocab
+from ..engine.tree import build_tree, chain_paths, resolve_tree, save_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
 
@@ -22,7 +22,7 @@ from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidate
 class MedusaProposer(Proposer):
     """Candidates: the heads' top-k at each depth below the root, arranged as the tree.
 
-    ``readout``: a :class:`common.reduced_head.ReducedHead` (the ``vocab`` option) ranks only its
+    ``readout``: a :class:`common.components.reduced_head.ReducedHead` (the ``vocab`` option) ranks only its
     kept tokens; ``None`` ranks the whole vocabulary. The heads' time counts as proposing
     (``draft_forward_s``): their blocks and their read through the LM head are the draft's work.
     """
@@ -92,10 +92,10 @@ class Medusa(TreeDecoder):
             if "input_layers" in meta:
                 raise UserError(f"heads at {self.cfg['heads']} read layers {meta['input_layers']} (early-exit "
                                 "heads), not the last hidden state; valid: heads trained on the last hidden state "
-                                "(python -m common.medusa without layers)")
+                                "(python -m common.components.medusa_heads without layers)")
             return {**heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False))),
                     **{k: meta[k] for k in ("labels", "train_vocab") if k in meta}}
-        folder, state = self.trained_component("heads", "heads.pt", "python -m common.medusa", meta_for)
+        folder, state = self.trained_component("heads", "heads.pt", "python -m common.components.medusa_heads", meta_for)
         meta = state["identity"]["meta"]
         n_heads, shared = int(meta["n_heads"]), bool(meta["share_lm_head"])
         self.heads = new_heads(model, n_heads, shared)

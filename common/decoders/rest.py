@@ -3,10 +3,10 @@
 Each step the context's longest suffix found in a datastore (``max_span`` tokens down to
 ``min_span``, the root included: the authors' ``token_spans``) retrieves the continuations of
 its occurrences; their prefixes are counted and the ``num_draft`` most frequent kept as a trie
-(:mod:`common.datastore`: a suffix array, searched and pruned as the authors' library does), which the tree loop verifies in
+(:mod:`common.components.rest_datastore`: a suffix array, searched and pruned as the authors' library does), which the tree loop verifies in
 one forward with greedy acceptance: exactly vanilla's tokens. No match: a root-only step (one
 token, as vanilla; the authors guess a fixed token there). Training-free; the datastore is
-built once (``python -m common.datastore``) and must come from the decoding model's tokenizer.
+built once (``python -m common.components.rest_datastore``) and must come from the decoding model's tokenizer.
 
 Defaults are the authors' MT-Bench settings (``llm_judge/gen_model_answer_rest.py``:
 ``--num-draft 64 --max-token-span 16``, spans down to 2; the library's ``long=10``
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..datastore import Datastore, build_datastore, open_datastore
+from ..components.rest_datastore import Datastore, build_datastore, open_datastore
 from ..errors import UserError
 from .base import Option
 from .lookahead import token_trie
@@ -55,7 +55,7 @@ class RestProposer(Proposer):
 
 
 class Rest(TreeDecoder):
-    """Decoder ``rest``: datastore ``datastore`` (a folder built by ``python -m common.datastore``)."""
+    """Decoder ``rest``: datastore ``datastore`` (a folder built by ``python -m common.components.rest_datastore``)."""
 
     name = "rest"
     acceptance_rules = ("greedy", "typical")
@@ -89,14 +89,14 @@ class Rest(TreeDecoder):
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
         if self.cfg["datastore"] is None:
-            raise UserError("decoder 'rest' needs datastore=<folder> (build: python -m common.datastore "
+            raise UserError("decoder 'rest' needs datastore=<folder> (build: python -m common.components.rest_datastore "
                             "--model NAME --out DIR)")
         if self.cfg["min_span"] > self.cfg["max_span"]:
             raise UserError(f"rest min_span={self.cfg['min_span']} exceeds max_span={self.cfg['max_span']}; "
                             "valid: 1 <= min_span <= max_span")
         tok_id = None
         if tokenizer is not None:
-            from ..corpus import tokenizer_identity
+            from ..training.corpus import tokenizer_identity
             tok_id = tokenizer_identity(tokenizer)
         self.store = open_datastore(self.cfg["datastore"], tok_id, int(model.config.vocab_size))
 

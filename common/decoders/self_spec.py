@@ -2,7 +2,7 @@
 by skipping layers, then verifies with all layers. No second model, no training.
 
 The draft is a :class:`LayerSkipTarget`: the target model running only its kept layers
-through :func:`common.forward.run_layers` (a skipped layer passes its input on unchanged, as
+through :func:`common.engine.forward.run_layers` (a skipped layer passes its input on unchanged, as
 its residual branch would with a zero update) on a cache of its own, so the verifying
 target's cache only ever holds full-model keys and values.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import UserError
-from ..forward import embed, logits_from_hidden, num_layers
-from ..target import CausalTarget
+from ..engine.forward import embed, logits_from_hidden, num_layers
+from ..engine.target import CausalTarget
 from .base import Option
 from .speculative import DRAFT_OPTIONS, AutoregressiveDraft, draft_options
 from .tree_loop import Proposer, TreeDecoder

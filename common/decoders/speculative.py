@@ -4,7 +4,7 @@ A draft model proposes ``gamma`` tokens autoregressively on its own KV cache; th
 verifies the chain in one forward (a chain is a tree with one path) and keeps them by exact
 match (temperature 0) or speculative sampling (temperature > 0), so the output has the
 target's distribution exactly. :class:`AutoregressiveDraft` is the shared drafting
-mechanics, on a draft :class:`~common.target.Target`: a separate model here, the target's own
+mechanics, on a draft :class:`~common.engine.target.Target`: a separate model here, the target's own
 layers in self-speculative decoding.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from .. import acceptance as acc
+from ..engine import acceptance as acc
 from ..errors import UserError
-from ..models import DTYPES, load_model
-from ..target import Target, make_target, model_kind
+from ..assets.models import DTYPES, load_model
+from ..engine.target import Target, make_target, model_kind
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, StepResult, TreeDecoder, chain_tree
 
@@ -27,7 +27,7 @@ def resolve_draft(draft, target):
 
     Args:
         draft: a model object, or a registry name / hub id / folder for
-            :func:`common.models.load_model` (loaded with the target's dtype and device).
+            :func:`common.assets.models.load_model` (loaded with the target's dtype and device).
     """
     if draft is None:
         raise UserError("this decoder needs a draft model; set option draft=<model name, folder or object>")
@@ -71,7 +71,7 @@ def perturbed_copy(model, scale: float = 0.002, seed: int = 7):
 
 class AutoregressiveDraft(Proposer):
     """Drafts a chain of up to ``gamma`` tokens one forward at a time on a draft
-    :class:`~common.target.Target` (a separate model, or the target skipping layers).
+    :class:`~common.engine.target.Target` (a separate model, or the target skipping layers).
 
     After a step with ``a`` of ``g`` drafts accepted, the draft's cached positions stay valid
     up to the root plus ``min(a, g-1)`` drafts (the last draft was never fed), so

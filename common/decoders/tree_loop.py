@@ -3,7 +3,7 @@
 Each step: ``generate_candidates`` (the proposer builds a token tree below the root, the last
 committed token, and may add positions of its own to the coming forward) -> ``tree_decoding``
 (one target forward over the tree with its ancestor mask and positions, plus the proposer's
-:class:`~common.forward.Injection`\\ s) -> ``evaluate_posterior`` (the acceptance rule picks
+:class:`~common.engine.forward.Injection`\\ s) -> ``evaluate_posterior`` (the acceptance rule picks
 the accepted path and the next token) -> ``update_inputs_and_kv`` (keep the accepted path in
 the KV cache, append the next token). :func:`verify_step` runs the four phases, once for every
 caller: :class:`TreeDecoder`'s loop, and any draft that verifies its own trees (prompt
@@ -15,7 +15,7 @@ prompt decoding's prompt tokens and FIRP's predicted hidden states ride along in
 verification forward as injected positions, and the proposer reads what it needs back from
 :class:`StepResult` (their final states, captured layer inputs, the accepted path).
 
-Acceptance is a rule object (:mod:`common.acceptance`) chosen by the ``acceptance`` option:
+Acceptance is a rule object (:mod:`common.engine.acceptance`) chosen by the ``acceptance`` option:
 by default ``greedy`` at temperature 0 (exact: the output is the target's greedy tokens) and
 the decoder's ``default_sampling`` rule at temperature > 0 (``speculative``: exact in
 distribution for chain proposals with draft probabilities; ``typical``: Medusa's, not exact).
@@ -32,11 +32,11 @@ from typing import Sequence
 
 import torch
 
-from .. import acceptance as acc
+from ..engine import acceptance as acc
 from ..errors import UserError, unknown
-from ..forward import Injection, Verified, num_layers
-from ..target import Target
-from ..tree import TreeBuffers, build_tree, chain_paths
+from ..engine.forward import Injection, Verified, num_layers
+from ..engine.target import Target
+from ..engine.tree import TreeBuffers, build_tree, chain_paths
 from .base import DecodeOutput, Decoder, Option
 
 

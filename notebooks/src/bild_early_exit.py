@@ -26,8 +26,8 @@ from bild.analysis import calm_points, frontier, quality_gap, sweep_points
 from bild.config import from_profile
 from bild.plots import quality_panel
 from common.records import read_jsonl
-from common.render import Render, paper_numbers
-from common.report import decoded_weights, provenance
+from common.harness.render import Render, paper_numbers
+from common.harness.report import decoded_weights, provenance
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg, inputs = R.cfg, R.inputs

@@ -23,8 +23,8 @@ import pandas as pd
 from bild.analysis import oracle_match, oracle_points
 from bild.config import from_profile
 from bild.plots import quality_panel
-from common.render import Render, paper_numbers
-from common.report import provenance
+from common.harness.render import Render, paper_numbers
+from common.harness.report import provenance
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg = R.cfg

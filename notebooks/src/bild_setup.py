@@ -3,11 +3,11 @@
 
 # %% md
 # # BiLD: model configurations (Table 2)
-# The large and small models of each task, read from their configs by `python -m bild.models`
+# The large and small models of each task, read from their configs by `python -m bild.model_configs`
 # (instantiated on the meta device: parameter counts without loading weights). In the paper the
 # pairs are T5-small/large (summarization) and mT5-small/large (translation); in the embedded
 # profile the large model is SmolLM2-135M-Instruct and the small model its first layers with the
-# final norm and the shared embeddings and head (the draft family of `common.draft`; its parameter
+# final norm and the shared embeddings and head (the draft family of `common.components.draft_model`; its parameter
 # count includes the shared embeddings, as the decoder loads them).
 
 # %%
@@ -18,8 +18,8 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.render import close_with
-from common.report import write_table
+from common.harness.render import close_with
+from common.harness.report import write_table
 
 base = Path(results_root) / package
 if inputs is None:  # run by hand: the same list the rule declares, for this results root
@@ -27,7 +27,7 @@ if inputs is None:  # run by hand: the same list the rule declares, for this res
 inputs = check_inputs(inputs)
 df = pd.DataFrame(read_jsonl(inputs[0]))
 meta = {"artifact": artifact_id, "profile": ", ".join(sorted(df.profile.unique())),
-        "models": "read from each model's config (python -m bild.models)", "hardware": "none (no weights loaded)",
+        "models": "read from each model's config (python -m bild.model_configs)", "hardware": "none (no weights loaded)",
         "verdict": "setup only (the model pairs' sizes): no measured result, nothing to hold or fail",
         "sources": str(inputs[0])}
 staged = Staged({"tables": base / "tables"})

@@ -3,7 +3,7 @@
 
 # %% md
 # # BiLD: quality against latency (Figures 4, 5, 9; Table 1; section 4.2)
-# Each sweep (`bild/raw/sweep_<task>_<variant>.jsonl`, written by `common.bench` through rule
+# Each sweep (`bild/raw/sweep_<task>_<variant>.jsonl`, written by `common.harness.bench` through rule
 # `bild_sweep`) ran the large model alone (`vanilla`) beside `bild` at every (alpha_FB, alpha_RB)
 # of the task's grid, interleaved per prompt; aligned sweeps add Figure 5's ablations, unaligned
 # ones speculative decoding on the same small model. Latency is normalised to `vanilla` within
@@ -27,8 +27,8 @@ from bild.config import from_profile
 from bild.plots import quality_panel
 from common.metrics import METRICS
 from common.records import read_jsonl
-from common.render import Render, paper_numbers
-from common.report import provenance, stats_match
+from common.harness.render import Render, paper_numbers
+from common.harness.report import provenance, stats_match
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg, inputs = R.cfg, R.inputs
@@ -116,7 +116,7 @@ R.save_table(grid[cols], meta)
 #
 # Beyond the paper, where the profile sets `bild.reduced_vocab`: two more rows from one sweep of
 # the task's grid, the small model with its full LM head and with a head over its training
-# labels' most frequent tokens only (`common.reduced_vocab`: the trained head's rows, no
+# labels' most frequent tokens only (`common.components.reduced_vocab`: the trained head's rows, no
 # retraining), both against that run's vanilla. The head is most of a shallow small model's
 # step on a 49 k-token vocabulary; the rows say what cutting it buys.
 

@@ -5,9 +5,9 @@
 # # Trained components: learning curves
 # The Medusa heads, the distilled draft, EAGLE's head and BiLD's small models (`small_aligned`,
 # `small_unaligned`, and `compact`, the 2-layer one with a reduced head) train on one teacher-forced pass of the
-# frozen base model (`common.teacher`: its hidden states and its own next-token distributions,
+# frozen base model (`common.training.teacher`: its hidden states and its own next-token distributions,
 # no generation) over the text their `data` column names: in the embedded profile the sharded
-# corpus of the model's own greedy answers to ShareGPT prompts (`common.corpus`); a component
+# corpus of the model's own greedy answers to ShareGPT prompts (`common.training.corpus`); a component
 # trained before the corpus existed names ShareGPT conversations. They are measured, every
 # `eval_every` steps, on a held-out set of the base model's own greedy answers to other
 # ShareGPT prompts: for Medusa, top-1 of each head against the token the model says k + 2
@@ -17,7 +17,7 @@
 # its row names); for EAGLE, top-1 of its first draft token.
 # Training stops when the best held-out top-1 (head 1 for Medusa) of the last `patience`
 # evaluations beats the best before them by less than `min_delta`, or when the wall budget or
-# step cap is spent (`common.training.Stopping`); `stopped` says which. Wall times are of the
+# step cap is spent (`common.training.loop.Stopping`); `stopped` says which. Wall times are of the
 # machine named below; the teacher pass is counted separately. No paper reports these curves for
 # this model, so no paper numbers stand beside them.
 
@@ -34,8 +34,8 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
 from common.records import read_jsonl
-from common.render import close_with, show
-from common.report import write_table
+from common.harness.render import close_with, show
+from common.harness.report import write_table
 
 base = Path(results_root) / package
 if inputs is None:  # run by hand: the same list the rule declares, for this results root
@@ -53,13 +53,13 @@ def data_of(k, counts=None):
     """What a teacher cache (its key ``k``; ``counts``: the teacher rule's sizes) holds, in words."""
     if k is None:
         return "unknown"
-    if "text" in k:  # reference text, held out on the corpus's held-out shard (common.teacher.from_text)
+    if "text" in k:  # reference text, held out on the corpus's held-out shard (common.training.teacher.from_text)
         t, rec = k["text"], k["corpus"]
         sizes = "" if counts is None else f" ({counts['train_tokens']} tokens)"
         return (f"train: {t['sequences']} ShareGPT reference replies{sizes} after the held-out prompts, "
                 f"<= {t['max_len']} tokens each (no pass: text labels); held out: the corpus's greedy answers "
                 f"to the first {rec['heldout']} ShareGPT prompts")
-    if "shards" in k:  # the sharded corpus (common.corpus)
+    if "shards" in k:  # the sharded corpus (common.training.corpus)
         rec = k["corpus"]
         sizes = "" if counts is None else (f", {counts['corpus']['answer_tokens']} answer tokens, "
                                            f"{counts['train_tokens']} with prompts")

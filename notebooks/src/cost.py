@@ -4,14 +4,14 @@
 # %% md
 # # The verification forward's cost curve
 # One forward of q new tokens after a fixed context, run the way tree decoders verify
-# (`common.target.Target.verify`: a chain mask and explicit positions), timed on the machine at
-# hand by `python -m common.cost` (warm-up rounds, then every q once per round, interleaved,
+# (`common.engine.target.Target.verify`: a chain mask and explicit positions), timed on the machine at
+# hand by `python -m common.harness.cost_curve` (warm-up rounds, then every q once per round, interleaved,
 # medians). `ratio` = T(q) / T(1): what verifying q candidates costs in single-token steps. A
 # decoder that accepts tau tokens per step at a step cost of T(step) can reach at most
 # tau * T(1) / T(step) times vanilla's speed, and prompt decoding sizes its tree by
 # maximizing tau(n) / T(n). This curve is the project's own measurement: no paper reports it
 # for this model and machine, so no paper numbers stand beside it. Two forward paths are
-# measured interleaved in one run: `fast` (`common.fast`: prepacked linear layers, grouped-query
+# measured interleaved in one run: `fast` (`common.engine.fast`: prepacked linear layers, grouped-query
 # attention without KV copies, a preallocated cache; what every decoder and the vanilla baseline
 # run) and `stock` (transformers' own modules, SDPA attention and `DynamicCache`).
 # The LM head runs on the root's row only, as the greedy tree loop's lazy head does (it computes
@@ -30,8 +30,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, load_profile
-from common.render import close_with, show
-from common.report import cost_curve_paths, read_cost_curves, write_table
+from common.harness.render import close_with, show
+from common.harness.report import cost_curve_paths, read_cost_curves, write_table
 
 base = Path(results_root) / package
 if inputs is None:  # run by hand: the same list the rule declares, for this results root

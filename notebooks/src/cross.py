@@ -6,7 +6,7 @@
 # Every decoder registered in this repository on the same model, prompts and machine.
 # Each benchmark group (`<results_root>/cross/raw/bench_<group>.jsonl`) ran its decoders
 # interleaved per prompt with its own `vanilla` baseline, so every speedup is a ratio measured
-# within one run. Computed from the raw records only (written by `common.bench`): exactly the
+# within one run. Computed from the raw records only (written by `common.harness.bench`): exactly the
 # files the artifact declares for the profile's `cross.groups` (a missing or truncated one is
 # an error, a stray file in the folder is ignored). The paper packages' own runs on the same
 # dataset (`cross.joins`: prompt decoding's, FIRP's and BiLD's MT-Bench benchmarks) join as groups
@@ -24,8 +24,8 @@ import pandas as pd
 
 from common.config import Staged, artifact_inputs, check_inputs, cross_joins, labels_config, load_profile
 from common.records import read_jsonl
-from common.render import close_with, show
-from common.report import (check_decoders, check_settings, extra_memory, limits, provenance, read_cost_curves,
+from common.harness.render import close_with, show
+from common.harness.report import (check_decoders, check_settings, extra_memory, limits, provenance, read_cost_curves,
                            stats_match, step_times, summarize, write_table)
 
 base = Path(results_root) / package
@@ -69,7 +69,7 @@ meta
 # `ran_on` names the machine a group's benchmark ran on (each group is one run, its own vanilla
 # included). `trained_on` names the hardware a component was trained on: training times compare only
 # between rows trained on the same. `same_weights` says whether the benchmark decoded the weights
-# that training wrote (`common.report.stats_match`: the digest in its stats against the records'
+# that training wrote (`common.harness.report.stats_match`: the digest in its stats against the records'
 # `components`): `no` is a component retrained after its benchmark, whose speedup is then the
 # earlier weights' (`tools/weights_status.py` lists the benchmark to rerun); `unknown`, stats
 # written before trainings named their weights' digest.
@@ -133,7 +133,7 @@ def own_comparison(table) -> str:
 # %% md
 # `extra_mem_mib` is the most memory one call of a decoder added above what was live when it
 # began (`mem_growth_bytes`, largest over the prompts), minus the same for its group's `vanilla`
-# (`common.report.extra_memory`): its buffers, trees and drafts' caches at decode time. A trained
+# (`common.harness.report.extra_memory`): its buffers, trees and drafts' caches at decode time. A trained
 # component's weights are loaded before any call and are not in it: they weigh `extra_params_m` x 4
 # bytes (fp32). On CPU it is the process's own memory, so the gloo sub-worker processes of
 # `ppd_pipelined` (each holding a copy of the first layers) are not in it. It is blank for a group
@@ -152,7 +152,7 @@ def own_comparison(table) -> str:
 # loop (`gamma: 20, confidence: 0.4`), so the two implementations are compared like for like.
 
 # %% md
-# The limit columns compare each decoder with what the hardware allows it (`common.report.limits`).
+# The limit columns compare each decoder with what the hardware allows it (`common.harness.report.limits`).
 # `step_cost` is its mean verification forward cost in single-token steps, T(q)/T(1), read off
 # the machine's cost curve (`cost.fig`, same forward path as the benchmark) at each step's q
 # (proposed tokens + the root); `limit` = mean_accepted_length / step_cost is the speedup it
@@ -166,7 +166,7 @@ def own_comparison(table) -> str:
 # (`cost.fig`) or one kept from an earlier host (`results/cross/raw/cost_curves/`).
 
 # %% md
-# Where a step goes (`common.report.step_times`, milliseconds per step over all of a decoder's
+# Where a step goes (`common.harness.report.step_times`, milliseconds per step over all of a decoder's
 # steps, the prefill's wall time included): `step_ms` is the whole step; `target_ms` the target's
 # forwards, `propose_ms` the proposer's own work (a draft model's or EAGLE head's forwards, REST's
 # datastore lookups) and `other_ms` the rest (trees, masks, acceptance, cache bookkeeping, Python).

@@ -24,8 +24,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from common import report
-from common.render import Render, paper_numbers
+from common.harness import report
+from common.harness.render import Render, paper_numbers
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -92,13 +92,13 @@ meta
 # split point's last token: **FIRP** maps its state entering layer *t_i* to a pseudo state for
 # the position *i* ahead and runs that through the layers above (the main maps);
 # **early exit** puts an LM head on the same state entering *t_i* and guesses the token at once
-# (`python -m firp.early_exit`); **Medusa** heads read the last layer's state. The early-exit
+# (`python -m firp.exit_heads`); **Medusa** heads read the last layer's state. The early-exit
 # and Medusa heads are the same module trained the same way (a residual block before a
 # vocabulary projection; the teacher cache; the profile's Medusa recipe), so they differ only
 # in the layer they read; with a shared LM head (the embedded profile) each trains a block of
 # as many parameters as one FIRP map, where the paper trains an independent LM head per
 # layer. One difference in recipe: the early-exit heads train their softmax over the whole
-# vocabulary (config `firp.early_exit`), the Medusa heads over the tokens some label holds. On a
+# vocabulary (config `firp.exit_heads`), the Medusa heads over the tokens some label holds. On a
 # mid-depth state the LM head ranks tokens outside the labels high, and a label-only loss never
 # lowers them: trained that way the early-exit heads ended below their untrained start (step-1
 # top-1 0.030 against 0.042), while on the last layer's state the label-only loss loses nothing.

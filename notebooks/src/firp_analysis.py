@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.records import read_jsonl
-from common.render import Render, paper_numbers
+from common.harness.render import Render, paper_numbers
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs

@@ -22,9 +22,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.metrics import rouge_2
-from common.render import Render, paper_numbers
-from common.report import components_line, provenance, summarize
-from common.tree_search import best_tree, expected_accept_length
+from common.harness.render import Render, paper_numbers
+from common.harness.report import components_line, provenance, summarize
+from common.engine.tree_search import best_tree, expected_accept_length
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs

@@ -20,8 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from common.render import Render, paper_numbers
-from common.report import cost_of, limits, provenance, read_cost_curves, stats_match, summarize
+from common.harness.render import Render, paper_numbers
+from common.harness.report import cost_of, limits, provenance, read_cost_curves, stats_match, summarize
 from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
@@ -31,7 +31,7 @@ pd_stats = R.find("train_main_stats.json")
 medusa_stats = R.find("medusa_stats.json", required=False)
 curve = read_cost_curves(inputs) or None  # one curve per host; the benchmarks' own is read
 paper = paper_numbers(package)
-# T(q)/T(1) of the fast forward path (common.cost), measured on the machine the benchmarks ran on
+# T(q)/T(1) of the fast forward path (common.harness.cost_curve), measured on the machine the benchmarks ran on
 # (a curve of other hardware is an error: the hardware-aware tree size reads it)
 ratio = cost_of(curve, device=benches["mt-bench"][0]["device"]) if curve is not None else None
 profile_groups = {Path(p).name.removeprefix("bench_").removesuffix(".jsonl") for p in inputs
@@ -265,8 +265,8 @@ R.save_table(fig4, meta)
 # tokens (m x n x hidden), the Medusa heads (their residual blocks; the embedded heads share the
 # model's LM head) and the draft model (its own layers; it shares the embeddings and the head).
 # The paper's Figure 7 compares with Eagle's draft; the draft here is the first layers of the
-# model, distilled (`common.draft`); EAGLE's draft head (one decoder layer over the target's
-# features, `common.eagle`) joins when its statistics are among the inputs. KV caches and
+# model, distilled (`common.components.draft_model`); EAGLE's draft head (one decoder layer over the target's
+# features, `common.components.eagle_head`) joins when its statistics are among the inputs. KV caches and
 # activations are not counted.
 
 # %% [pd.fig7, pd.fig1]

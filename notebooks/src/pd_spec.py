@@ -23,8 +23,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from common.render import Render, paper_numbers
-from common.report import provenance, summarize
+from common.harness.render import Render, paper_numbers
+from common.harness.report import provenance, summarize
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs

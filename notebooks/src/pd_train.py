@@ -25,9 +25,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from common import report
+from common.harness import report
 from common.records import read_jsonl
-from common.render import Render, paper_numbers
+from common.harness.render import Render, paper_numbers
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs

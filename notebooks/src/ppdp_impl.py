@@ -3,7 +3,7 @@
 
 # %% md
 # # Predictive Pipelined Decoding (ppd_pipelined): implementation (Table 3)
-# Greedy vs pipelined decoding with k + 1 real workers, from the `common.bench` records `bench_<task>.jsonl`
+# Greedy vs pipelined decoding with k + 1 real workers, from the `common.harness.bench` records `bench_<task>.jsonl`
 # (the prompt files `prompts_<task>.jsonl` name the data). Measured: wall time of `generate` on
 # this machine (prefill included) with k + 1 gloo processes. On 2 CPU cores the k + 1 workers
 # cannot run in parallel, so the measured latency shows the cost of pipelined decoding here, not its ideal.

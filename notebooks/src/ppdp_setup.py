@@ -38,7 +38,7 @@ for t in TASKS:
                  "prompt": r[0]["template_text"].replace("\n", "<br>"), "fields": r[0]["fields_rule"]})
 table = pd.DataFrame(rows)
 meta = provenance(recs, srcs, TASKS, note="the rendered prompt is then wrapped in the model's chat template "
-                                          "(common.prompts.encode_prompt), as in every decoding run")
+                                          "(common.assets.prompts.encode_prompt), as in every decoding run")
 meta["profile"] = profile
 R.setup_only(f"the prompt templates of {len(table)} tasks, as the code used them")
 R.save_table(table, meta)
@@ -60,7 +60,7 @@ used = {"Number of Epochs": c["epochs"], "Learning Rate": c["lr"], "Batch Size":
         "Optimizer": "AdamW", "Loss Function": "Cross-Entropy (next token, reply tokens)",
         "Max Sequence Length": c["max_len"], "Warmup ratio": c["warmup_frac"], "Weight Decay": c["weight_decay"]}
 rows = [{"hyperparameter": k, "paper": str(paper[k]), "used": str(used[k])} for k in paper]
-extra = [("LR schedule", "-", "linear warmup, then linear decay (common.training)"),
+extra = [("LR schedule", "-", "linear warmup, then linear decay (common.training.loop)"),
          ("Max grad norm", "-", c["max_grad_norm"]), ("Seed", "-", c["seed"]),
          ("Initialization", "-", m["init"]), ("Frozen", "all model parameters", m["frozen"]),
          ("Training data", "ShareGPT", f"{m['dataset']}: {m['sequences']} conversations "

@@ -9,7 +9,7 @@
 # equality check against greedy. Each dataset is one run (`<results_root>/cross/raw/study_<dataset>.jsonl`,
 # rule `study_bench`) with its own `vanilla` and the A/A pair `vanilla@aa` (vanilla again, last in each
 # prompt): the A/A spread is the run's noise floor, so a speedup within it of another is a tie.
-# Categories are Spec-Bench's names (`common.specbench.category_of`): MT-Bench's eight from the records,
+# Categories are Spec-Bench's names (`common.harness.specbench.category_of`): MT-Bench's eight from the records,
 # a dataset's task where the dataset stands for one (the mined ShareGPT stand-ins offline: they are
 # stand-ins, not Spec-Bench's own sources), `code` for HumanEval (beyond Spec-Bench).
 # No paper reports this comparison: it is this project's own, so no paper numbers stand beside it.
@@ -24,11 +24,11 @@ import pandas as pd
 from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, check_inputs, labels_config, load_profile,
                            placeholder, study_section)
 from common.records import read_jsonl
-from common.render import close_with, show
-from common.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
+from common.harness.render import close_with, show
+from common.harness.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
                            limits, noise_line, provenance, read_cost_curves, stats_match, step_positions, summarize,
                            write_table)
-from common.specbench import category_of, export
+from common.harness.specbench import category_of, export
 
 base = Path(results_root) / package
 P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
@@ -57,7 +57,7 @@ meta
 
 # %% md
 # Every speedup is a ratio of totals within one run: a decoder's new tokens over its summed wall time,
-# over vanilla's on the same prompts (`common.report.summarize`); a category's speedup uses only its
+# over vanilla's on the same prompts (`common.harness.report.summarize`); a category's speedup uses only its
 # prompts, `overall` every prompt of every run (Spec-Bench's overall). The 95% intervals resample prompts.
 # `identical` counts outputs equal to vanilla's (greedy, fp32): every method is lossless but `bild`
 # away from rollback threshold 0, marked `lossy`.
@@ -166,7 +166,7 @@ close_with(artifact_id, {**meta, "verdict": verdict},
 print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% md
-# Beside Spec-Bench's published leaderboard (`common/specbench_leaderboard.yaml`, from its
+# Beside Spec-Bench's published leaderboard (`common/harness/specbench_leaderboard.yaml`, from its
 # Leaderboard.md): per Spec-Bench task, the order of the methods both rank, ours beside each board's,
 # and the Spearman correlation of the two orders. MT-Bench's eight categories together are its
 # multi-turn conversation, and `overall` here is its six tasks together (HumanEval's code left out).
@@ -175,7 +175,7 @@ print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 # study.positions).
 
 # %% [study.specbench]
-from common.specbench import leaderboard, ranks_beside, task_of
+from common.harness.specbench import leaderboard, ranks_beside, task_of
 
 lb = leaderboard()
 ours = {}  # Spec-Bench task -> {label: our speedup}, from that task's prompts of every run
@@ -208,7 +208,7 @@ print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 
 # %% md
 # Verified positions per step: a tree or chain decoder verifies q positions in one target forward (its
-# proposals + the root + positions it injects, in full-forward equivalents, as `common.report.limits`
+# proposals + the root + positions it injects, in full-forward equivalents, as `common.harness.report.limits`
 # counts them). On this machine a forward of q positions costs T(q)/T(1) single-token steps (`cost.fig`),
 # so a decoder gains only where its mean accepted length tau exceeds that cost: the grey curve is
 # break-even. Decoders that record no per-step proposals (transformers' own loops, pipelined workers,
@@ -277,7 +277,7 @@ print((staged.dir("tables") / f"{artifact_id}.md").read_text())
 # What each method costs besides decoding: the extra parameters of its trained component and the
 # wall time that trained it (REST: its datastore's build time), from the training records
 # `study.stats` names, and the extra memory one call added above what was live when it began, minus
-# vanilla's, over every run (`common.report.extra_memory`; components and datastores are loaded
+# vanilla's, over every run (`common.harness.report.extra_memory`; components and datastores are loaded
 # before any call and are not in it; blank where the records predate per-call growth, see
 # `cross.table`). `trained_on` names the machine that trained it: training times compare only
 # between rows trained on the same; `same_weights`, whether the runs decoded the weights that

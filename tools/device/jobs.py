@@ -9,8 +9,8 @@ side, ``JOBS`` at once (default 8); each job's outputs and its log then come bac
 split into 16 MiB pieces (``$OUT/back.tar.0``, ...: a call brings back at most 8 files of at most
 16 MiB, 64 MiB together, no more than 2 folders down), which ``--unpack`` drops into this tree with
 their paths. A whole model (a ``model/`` folder: the distilled draft, BiLD's small models; 162 MiB
-of weights) comes back as ``tools/checkpoints.py keep`` keeps it, its delta against the base model
-in parts (54 MiB for the draft), and ``tools/checkpoints.py restore cross`` rebuilds it here byte
+of weights) comes back as ``tools/keep_components.py keep`` keeps it, its delta against the base model
+in parts (54 MiB for the draft), and ``tools/keep_components.py restore cross`` rebuilds it here byte
 for byte.
 
     python tools/device/jobs.py results/firp/raw/train_k1l14_stats.json ... --rules firp_train
@@ -163,7 +163,7 @@ def return_lines(back: list[str], piece_mib: float = PIECE_MIB) -> list[str]:
     files = [p for p in back if not any(p.startswith(f) for f in folders)]
     lines = []
     for m in models:
-        lines.append(f"${{PY:-python3}} tools/checkpoints.py keep cross {shlex.quote(m['comp'])} --profile {m['profile']}"
+        lines.append(f"${{PY:-python3}} tools/keep_components.py keep cross {shlex.quote(m['comp'])} --profile {m['profile']}"
                      f" --part-mib {piece_mib} || echo 'error: {m['comp']} was not kept: its weights cannot come back'")
         files.append(f"results/cross/checkpoints/{m['profile']}/{m['comp']}")
     lines.append("back=(); for p in " + " ".join(shlex.quote(p) for p in files) + '; do [ -e "$p" ] && back+=("$p"); done')
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
             return 2
         print("\n".join(names))
         if any(n.startswith("results/cross/checkpoints/") for n in names):
-            print("whole models came back kept: python tools/checkpoints.py restore cross")
+            print("whole models came back kept: python tools/keep_components.py restore cross")
         return 0
     if not a.targets or not a.rules:
         print("error: targets and --rules are needed to write a call's script; valid: TARGET... --rules RULE..., "

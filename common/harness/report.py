@@ -1,0 +1,566 @@
+"""From raw benchmark records to summary tables (used by ``common.harness.bench`` and the notebooks).
+
+Which averages: ``tokens_per_s`` is a ratio of totals (every new token of a decoder over its
+summed wall time), so prompts with long answers weigh more than a mean of per-prompt rates
+would let them; ``speedup`` is that ratio over vanilla's on the same prompts in the same run.
+``mean_accepted_length`` is likewise total new tokens over total target forwards (steps).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..config import AA_LABEL  # noqa: F401  (the A/A pair's label; re-exported for the notebooks)
+from ..config import placeholder
+from ..records import read_jsonl
+
+# How a missing cell prints in a markdown table (never "nan").
+MISSING = "—"
+
+NO_AA = "no A/A pair in this run"
+BOOTSTRAP = 1000  # resamples of the prompts; seeded, so a re-render gives the same interval
+
+# What summarize reads from every record.
+BENCH_FIELDS = {"question_id", "decoder", "tokens", "new_tokens", "steps", "wall_time", "peak_mem_bytes"}
+
+
+def summarize(records: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
+    """One row per decoder: prompts, tokens/s, speedup, mean accepted length, peak memory,
+    and whether every output equals the baseline's on the same prompt."""
+    df = pd.DataFrame(records)
+    base = df[df.decoder == baseline].set_index("question_id")["tokens"] if baseline in set(df.decoder) else None
+    rows = []
+    for name, g in df.groupby("decoder", sort=False):
+        row = {
+            "decoder": name,
+            "prompts": len(g),
+            "new_tokens": int(g.new_tokens.sum()),
+            "tokens_per_s": g.new_tokens.sum() / g.wall_time.sum(),
+            "mean_accepted_length": g.new_tokens.sum() / g.steps.sum(),
+            "peak_mem_mib": g.peak_mem_bytes.max() / 2**20,
+        }
+        if base is not None:
+            same = [t == base.get(q) for q, t in zip(g.question_id, g.tokens)]
+            row["identical_to_vanilla"] = f"{sum(same)}/{len(same)}"
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if base is not None:
+        out["speedup"] = out.tokens_per_s / out.loc[out.decoder == baseline, "tokens_per_s"].iloc[0]
+        ci = {d: speedup_interval(records, d, baseline) for d in out.decoder}
+        out["speedup_lo"] = out.decoder.map(lambda d: ci[d][0])
+        out["speedup_hi"] = out.decoder.map(lambda d: ci[d][1])
+    return out
+
+
+def extra_memory(records: list[dict], baseline: str = "vanilla") -> dict[str, float | None]:
+    """``{decoder: MiB}``: the most memory one call of the decoder added above its entry
+    (``mem_growth_bytes``, the largest over its prompts) minus the same for ``baseline``, in
+    the same records. What a decoder's own buffers, trees and drafts' caches cost at decode time;
+    the weights of a trained component are loaded before any call and are not in it (their size
+    is the component's parameter count).
+
+    None for every decoder when a record lacks ``mem_growth_bytes``: records written before
+    ``common.harness.bench`` kept it carry only ``peak_mem_bytes``, the call's resident peak, which
+    counted every page earlier calls of any decoder had left to the allocator (the resident set
+    fell between calls a few times in a run of hundreds), so differences of those peaks say
+    nothing about a decoder."""
+    decoders = list(dict.fromkeys(r["decoder"] for r in records))
+    if not records or any("mem_growth_bytes" not in r for r in records) or baseline not in decoders:
+        return {d: None for d in decoders}
+    most = {d: max(r["mem_growth_bytes"] for r in records if r["decoder"] == d) for d in decoders}
+    return {d: (most[d] - most[baseline]) / 2**20 for d in decoders}
+
+
+def speedup_interval(records: list[dict], decoder: str, baseline: str = "vanilla",
+                     level: float = 0.95, n_boot: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """A ``level`` bootstrap interval of ``decoder``'s speedup over ``baseline``, resampling
+    prompts (the same draw for both, so a prompt's length weighs on both alike); NaN bounds
+    when they share no prompt. The speedup is the ratio of totals, as in :func:`summarize`."""
+    df = pd.DataFrame(records)
+    a = df[df.decoder == decoder].set_index("question_id")
+    b = df[df.decoder == baseline].set_index("question_id")
+    common = [q for q in a.index if q in b.index]
+    if not common:
+        return float("nan"), float("nan")
+    a, b = a.loc[common], b.loc[common]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(common), size=(n_boot, len(common)))   # [n_boot, prompts]
+
+    def rate(g):
+        return g.new_tokens.to_numpy(float)[idx].sum(1) / g.wall_time.to_numpy(float)[idx].sum(1)
+    ratio = rate(a) / rate(b)
+    lo, hi = np.quantile(ratio, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def aa_spread(records: list[dict], baseline: str = "vanilla") -> float | None:
+    """The group's A/A spread: ``|tokens/s(vanilla@aa) / tokens/s(vanilla) - 1|`` over the
+    prompts both ran; None when the run has no A/A pair."""
+    df = pd.DataFrame(records)
+    if df.empty or AA_LABEL not in set(df.decoder) or baseline not in set(df.decoder):
+        return None
+    s = summarize([r for r in records if r["decoder"] in (baseline, AA_LABEL)], baseline).set_index("decoder")
+    return abs(float(s.loc[AA_LABEL, "speedup"]) - 1.0)
+
+
+def noise_line(runs: dict[str, list[dict]], baseline: str = "vanilla") -> str:
+    """What every speedup of these benchmark runs (name -> records) is worth: each run's A/A
+    spread (or that it has none) and the half-width of the speedups' bootstrap intervals."""
+    parts = []
+    for name, recs in runs.items():
+        if not recs or baseline not in {r.get("decoder") for r in recs}:
+            continue
+        spread = aa_spread(recs, baseline)
+        s = summarize(recs, baseline)
+        s = s[~s.decoder.isin([baseline, AA_LABEL])]
+        half = ((s.speedup_hi - s.speedup_lo) / 2).dropna()
+        prompts = int(s.prompts.max()) if len(s) else 0
+        ci = (f"95% bootstrap intervals over {prompts} prompts ±{half.median():.3f} (median; widest ±{half.max():.3f})"
+              if len(half) else "no interval")
+        parts.append(f"{name}: " + (f"A/A spread {100 * spread:.1f}%" if spread is not None else NO_AA) + f", {ci}")
+    return "; ".join(parts)
+
+
+def components_line(runs: dict[str, list[dict]]) -> str:
+    """Which trained weights these runs (name -> records) decoded with: per decoder option that
+    names a component (records' ``components``: content digests, :func:`common.records.content_digest`),
+    one digest when every run used the same weights, else each run's. Runs span sessions, and a
+    component retrained in between is close but not bit-identical; records written before the
+    digests existed are named as such."""
+    seen: dict[str, dict[str, set]] = {}   # "decoder.option" -> run -> digests
+    undigested = set()
+    for name, recs in runs.items():
+        for r in recs:
+            if "components" not in r:
+                if r.get("decoder_config"):
+                    undigested.add(name)
+                continue
+            for opt, digest in r["components"].items():
+                seen.setdefault(f"{r['decoder']}.{opt}", {}).setdefault(name, set()).add(digest)
+    parts = []
+    for key, per_run in sorted(seen.items()):
+        digests = set().union(*per_run.values())
+        if len(digests) == 1:
+            parts.append(f"{key} {next(iter(digests))} (every run)")
+        else:
+            parts.append(f"{key} differs: " + ", ".join(f"{n} {'/'.join(sorted(d))}" for n, d in sorted(per_run.items())))
+    if undigested:
+        parts.append("no digests in " + ", ".join(sorted(undigested)))
+    return "; ".join(parts) if parts else "no trained components"
+
+
+def weights_match(trained: str | None, decoded: set) -> str:
+    """Did a benchmark decode the weights a training wrote? A component retrained after its
+    benchmark leaves that benchmark on the old weights, under the same cache path, until it reruns.
+
+    Args:
+        trained: the digest the training's stats name (``weights_digest``; ``model_digest`` of a
+            benchmarked model folder); None where the stats predate it.
+        decoded: the digests the benchmark's records name for the component (None for a record
+            that names none).
+    Returns:
+        ``yes`` (every record decoded the trained weights), ``no`` (other weights: rerun the
+        benchmark), ``unknown`` (a digest is missing on either side).
+    """
+    if trained is None or not decoded or None in decoded:
+        return "unknown"
+    return "yes" if decoded == {trained} else "no"
+
+
+def stats_match(stats: dict, records: list[dict]) -> str:
+    """:func:`weights_match` of a training's stats (``weights_path``, ``weights_digest``:
+    :func:`common.training.cli.component_main`) with the records whose decoder options load that path."""
+    path = stats.get("weights_path")
+    if path is None:
+        return "unknown"
+    decoded = {(r.get("components") or {}).get(opt) for r in records
+               for opt, v in (r.get("decoder_config") or {}).items()
+               if isinstance(v, str) and os.path.normpath(v) == os.path.normpath(path)}
+    return weights_match(stats.get("weights_digest"), decoded)
+
+
+def decoded_weights(stats: dict, records: list[dict]) -> str:
+    """Did benchmark records decode the weights a training record describes? Its ``model_digest``
+    against theirs (:func:`common.harness.bench.model_digest`), in words (:func:`weights_match`)."""
+    theirs = {r.get("model_digest") for r in records}
+    match = weights_match(stats.get("model_digest"), theirs)
+    if match == "unknown":
+        return "benchmarked weights unknown (records or training without digests)"
+    if match == "yes":
+        return "benchmarked with these weights"
+    return f"benchmarked with other weights ({'/'.join(sorted(theirs))}; trained {stats['model_digest']}): rerun its benchmark"
+
+
+def decoded_components(records: list[dict]) -> dict[str, dict[str, set]]:
+    """Which weights records decoded, by the path they loaded them from: ``{path: {"decoder.option":
+    digests}}``, from each record's ``components`` (the options' digests) and ``decoder_config``
+    (the paths), and from ``model_digest`` with ``model`` (a benchmarked local model folder)."""
+    out: dict[str, dict[str, set]] = {}
+    for r in records:
+        for opt, digest in (r.get("components") or {}).items():
+            path = (r.get("decoder_config") or {}).get(opt)
+            if isinstance(path, str):
+                out.setdefault(path, {}).setdefault(f"{r['decoder']}.{opt}", set()).add(digest)
+        if r.get("model_digest"):
+            out.setdefault(r["model"], {}).setdefault(f"{r['decoder']}.model", set()).add(r["model_digest"])
+    return out
+
+
+def weights_status(runs: dict[str, list[dict]], committed: dict[str, float],
+                   now: dict[str, tuple[str, str]], earlier: dict[str, dict[str, str]] | None = None) -> pd.DataFrame:
+    """Did each run decode the weights its components hold now? One row per run and component path.
+
+    Records name a component by its cache path, which a later training overwrites; their digests
+    (:func:`decoded_components`) say which weights they loaded. The reference for a path is
+    ``now[path] = (digest, where)`` (the cache's copy, or the one kept in git) when there is one;
+    else the weights of the run committed last (``committed``: run -> time) that decoded it, since
+    a benchmark loads what its cache holds when it runs. ``state``: ``current`` (the reference's
+    weights), ``stale`` (other weights: its benchmark reruns on the reference's), ``unchecked``
+    (the only run naming the path, and nothing to compare with). A run that decoded the
+    reference's folder as it was before a file was added to it, or with a file as an older writer
+    wrote it (``earlier``), is current: the same weights, and its ``note`` says what differed.
+
+    Args:
+        runs: run name (a record file) -> its records.
+        committed: run name -> when it was last committed (seconds; missing: oldest).
+        now: path -> (its digest now, where that copy is).
+        earlier: path -> {another digest of the reference's weights: why it differs}, e.g. the
+            folder's digest without one file: "<file> was added to the folder since".
+    Returns:
+        columns run, path, decoders, decoded, reference, state, note.
+    """
+    earlier = earlier or {}
+    per_run = {name: decoded_components(recs) for name, recs in runs.items()}
+    paths = sorted({p for d in per_run.values() for p in d})
+    rows = []
+    for path in paths:
+        users = [n for n in per_run if path in per_run[n]]
+        from_record = path not in now   # the reference is one of the runs' own weights
+        if not from_record:
+            ref, where = now[path]
+        else:
+            newest = max(users, key=lambda n: committed.get(n, float("-inf")))
+            digests = set().union(*per_run[newest][path].values())
+            ref, where = (next(iter(digests)), f"newest record ({newest})") if len(digests) == 1 else (None, None)
+        for name in users:
+            decoded = set().union(*per_run[name][path].values())
+            added = {earlier.get(path, {}).get(d) for d in decoded} - {None}
+            note = ""
+            if ref is None or (from_record and len(users) == 1):
+                state = "unchecked"
+            elif decoded == {ref}:
+                state = "current"
+            elif len(added) == 1 and all(d in earlier.get(path, {}) for d in decoded):
+                state, note = "current", f"the same weights; {next(iter(added))}"
+            else:
+                state = "stale"
+            rows.append({"run": name, "path": path, "decoders": ", ".join(sorted(per_run[name][path])),
+                         "decoded": "/".join(sorted(decoded)), "reference": f"{ref} ({where})" if ref else MISSING,
+                         "state": state, "note": note})
+    return pd.DataFrame(rows, columns=["run", "path", "decoders", "decoded", "reference", "state", "note"])
+
+
+def within_noise(a: float, b: float, spread: float | None) -> bool:
+    """Do two speedups of one run differ by no more than its A/A spread (relative)? False when
+    the run has no A/A pair: then the noise is unknown, and the table says so."""
+    return spread is not None and abs(a - b) <= spread * max(abs(a), abs(b))
+
+
+def cost_curve_paths(inputs: Iterable[str | Path]) -> list[Path]:
+    """The cost-curve files among an artifact's declared inputs, the rule's own first: the
+    ``cost_curve`` rule's ``cross/raw/cost_curve.jsonl`` (the latest host it ran on), then the
+    curves kept from other hosts under ``cross/raw/cost_curves/`` (``tools/cost_curves.py keep``)."""
+    paths = [Path(p) for p in inputs]
+    return ([p for p in paths if p.name == "cost_curve.jsonl"]
+            + sorted(p for p in paths if p.parent.name == "cost_curves" and p.suffix == ".jsonl"))
+
+
+def read_cost_curves(inputs: Iterable[str | Path]) -> list[dict]:
+    """The records of every cost-curve file among ``inputs`` (:func:`cost_curve_paths`) as one list
+    holding one curve per device: a device's records come from the first file that has it (the
+    rule's latest measurement before the kept copies), so a kept copy never doubles a host's points."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    for p in cost_curve_paths(inputs):
+        recs = read_jsonl(p)
+        out += [r for r in recs if r.get("device") not in seen]
+        seen |= {r.get("device") for r in recs}
+    return out
+
+
+def host_curve(curve: list[dict], device: str) -> list[dict]:
+    """The records of ``curve`` measured on ``device``: a ValueError where there are none (T(q) is
+    the machine's own, never another's)."""
+    own = [r for r in curve if r.get("device") == device]
+    if not own:
+        raise ValueError(f"the cost curve was measured on {sorted({r.get('device') for r in curve})}, "
+                         f"not on {device!r} where the records were: rerun the cost curve there")
+    return own
+
+
+def cost_of(curve: list[dict], forward_path: str = "fast", device: str | None = None):
+    """``q -> T(q) / T(1)`` from :mod:`common.harness.cost_curve` records of one forward path: linear in
+    ``q`` between measured points (beyond the last, along the last segment).
+
+    ``device``: the hardware the curve must have been measured on (the benchmark records' own
+    ``device``); only that device's records are read (``curve`` may hold several hosts' curves),
+    and a curve of other hardware is a ValueError, never silently applied. Without ``device``
+    the records must be one device's."""
+    if device is not None:
+        curve = host_curve(curve, device)
+    elif len({r.get("device") for r in curve}) > 1:
+        raise ValueError(f"cost curves of several devices ({sorted({str(r.get('device')) for r in curve})}): "
+                         "name the device whose curve applies")
+    pts = sorted((int(r["q"]), float(r["ms"])) for r in curve if r.get("forward_path", "stock") == forward_path)
+    if not pts or pts[0][0] != 1:
+        raise ValueError(f"the cost curve has no q=1 record for forward path {forward_path!r}")
+    t1 = pts[0][1]
+
+    def ratio(q: float) -> float:
+        if len(pts) == 1:
+            return 1.0
+        for (qa, ta), (qb, tb) in zip(pts, pts[1:]):
+            if q <= qb or (qb, tb) == pts[-1]:
+                return (ta + (q - qa) * (tb - ta) / (qb - qa)) / t1
+        raise AssertionError
+    return ratio
+
+
+def curve_fits(curve: list[dict], device: str) -> bool:
+    """Whether the cost curve was measured on ``device`` (a record's ``device`` string)."""
+    return any(r.get("device") == device for r in curve)
+
+
+def step_positions(records: list[dict]) -> list[float] | None:
+    """The verified positions of every verification step (the prefill excluded) of one decoder's
+    records: proposed tokens + the root + positions injected into the forward (prompt tokens,
+    pseudo states, in full-forward equivalents). None when a record has no per-step proposals."""
+    qs = []
+    for r in records:
+        extra = r.get("extra") if isinstance(r.get("extra"), dict) else {}  # a DataFrame row may hold NaN
+        p = extra.get("proposed")
+        if p is None:
+            return None
+        inj = extra.get("injected") or [0.0] * len(p)
+        qs += [n + 1 + x for n, x in zip(p[1:], inj[1:])]  # p[0] is the prefill
+    return qs
+
+
+def limits(records: list[dict], curve: list[dict], baseline: str = "vanilla") -> pd.DataFrame:
+    """The hardware limit of each tree-verified decoder, beside what it reached.
+
+    ``step_cost`` is the mean over its verification steps (the prefill excluded) of
+    ``T(q) / T(1)`` on the machine's cost curve, ``q`` being the step's verified positions
+    (proposed tokens + the root + injected positions, in full-forward equivalents); ``limit = tau * T(1) / T(step)`` with ``tau`` its mean accepted
+    length: the speedup it would reach if a step cost only its verification forward. ``pct_of_limit``
+    = measured speedup / limit: below 100% is the price of proposing (drafts, heads) and of
+    everything around the forward. Decoders that record no per-step proposals (``vanilla``:
+    limit 1; transformers' own, pipelined workers) get blanks, and so does every decoder when the
+    curve was measured on other hardware than the records (T(q) is the machine's own).
+    """
+    df = pd.DataFrame(records)
+    paths = set(df.get("forward_path", pd.Series(["stock"])).fillna("stock"))
+    if len(paths) != 1:
+        raise ValueError(f"records of several forward paths ({sorted(paths)}) cannot share one cost curve")
+    devices = set(df.device)
+    if len(devices) != 1:
+        raise ValueError(f"records of several devices ({sorted(devices)}) cannot share one cost curve")
+    device = devices.pop()
+    if not curve_fits(curve, device):
+        return pd.DataFrame([{"decoder": d, "step_cost": None, "limit": None, "pct_of_limit": None}
+                             for d in df.decoder.unique()])
+    ratio = cost_of(curve, paths.pop(), device)
+    summary = summarize(records, baseline).set_index("decoder")
+    rows = []
+    for name, g in df.groupby("decoder", sort=False):
+        qs = step_positions(g.to_dict("records"))
+        if name == baseline:
+            cost = 1.0
+        elif qs is not None:
+            cost = sum(map(ratio, qs)) / len(qs) if qs else float("nan")
+        else:
+            rows.append({"decoder": name, "step_cost": None, "limit": None, "pct_of_limit": None})
+            continue
+        tau = summary.loc[name, "mean_accepted_length"]
+        limit = tau / cost
+        rows.append({"decoder": name, "step_cost": cost, "limit": limit,
+                     "pct_of_limit": 100 * summary.loc[name, "speedup"] / limit})
+    return pd.DataFrame(rows)
+
+
+def step_times(records: list[dict]) -> pd.DataFrame:
+    """Where a decoder's step goes, in milliseconds per step (sums over its records / its steps).
+
+    ``step_ms``: wall time (prefill included) per step; ``target_ms``: the target's forwards
+    (``extra.target_forward_s``, the prefill's among them); ``propose_ms``: the proposer's own work
+    (``extra.draft_forward_s``, a draft model's or draft head's forwards and EAGLE's readout, and
+    ``extra.retrieval_s``, REST's datastore lookups, one entry a step); ``other_ms``: the rest
+    (building trees and masks, acceptance, cache bookkeeping, Python). The three parts are blank (None) for a decoder whose
+    records time no target forward (``vanilla``, transformers' own loops, pipelined workers).
+    """
+    rows = []
+    for name, g in pd.DataFrame(records).groupby("decoder", sort=False):
+        steps, wall = g.steps.sum(), g.wall_time.sum()
+        extras = [e if isinstance(e, dict) else {} for e in g.get("extra", pd.Series([{}] * len(g)))]
+        row = {"decoder": name, "step_ms": 1e3 * wall / steps, "target_ms": None, "propose_ms": None, "other_ms": None}
+        if all("target_forward_s" in e for e in extras):
+            target = sum(e["target_forward_s"] for e in extras)
+            propose = sum(e.get("draft_forward_s", 0.0) + sum(e.get("retrieval_s", [])) for e in extras)
+            row.update(target_ms=1e3 * target / steps, propose_ms=1e3 * propose / steps,
+                       other_ms=1e3 * (wall - target - propose) / steps)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def check_decoders(records: list[dict], expected, source: str, where: str, options: dict | None = None) -> None:
+    """Raise ValueError unless a run's records hold exactly the decoder labels its config lists
+    (``where``), so a table never silently drops a label added to the config, nor shows one
+    removed from it, before the run is redone; with ``options`` (label -> the config's decoder
+    options, :func:`common.config.labels_config`), also unless every label ran with the options
+    the config sets now (:func:`stale_settings`): a setting re-chosen in the config after the run
+    must not be read under the label's new meaning."""
+    have = list(dict.fromkeys(r["decoder"] for r in records))
+    if set(have) != set(expected):
+        raise ValueError(f"{source} has decoders {', '.join(have)} but config {where} lists {', '.join(expected)}; "
+                         "valid: records of the configured run (rerun it with --config rerun=true)")
+    if options is not None:
+        check_settings(records, options, source, where)
+
+
+def check_settings(records: list[dict], options: dict, source: str, where: str) -> None:
+    """Raise ValueError naming every label of a run that ran with other decoder options than the
+    config (``where``) sets now (:func:`stale_settings`)."""
+    stale = stale_settings(records, options)
+    if stale:
+        raise ValueError(f"{source} ran " + "; ".join(f"{label} with {ran} where config {where} now sets {now}"
+                                                      for label, (ran, now) in stale.items())
+                         + "; valid: records of the configured settings (rerun it with --config rerun=true)")
+
+
+def stale_settings(records: list[dict], options: dict) -> dict[str, tuple[dict, dict]]:
+    """The labels whose records ran with other decoder options than ``options`` (label -> the
+    config's options) sets: ``{label: (options recorded, options configured)}``, each without
+    the options that name a trained component (``"{name}"`` in the config, a folder in the record:
+    the record's ``components`` digest says which weights those were). Records without a
+    ``decoder_config`` field (older than it), and labels ``options`` does not name (whose options
+    are not the config's to say), are not judged."""
+    def plain(opts: dict, names: dict) -> dict:
+        return {k: v for k, v in opts.items() if placeholder(names.get(k)) is None}
+    out = {}
+    for r in records:
+        label = r["decoder"]
+        if "decoder_config" not in r or label in out or label not in options:
+            continue
+        configured = options[label]
+        ran, now = plain(r["decoder_config"] or {}, configured), plain(configured, configured)
+        if ran != now:
+            out[label] = (ran, now)
+    return out
+
+
+def provenance(records: list[dict]) -> dict:
+    """Model, data, profile and hardware named by the records (each must be unique)."""
+    df = pd.DataFrame(records)
+    keys = ["model", "dataset", "profile", "device", "dtype", "max_new_tokens", "code_version"]
+    return {k: ", ".join(sorted(map(str, df[k].unique()))) for k in keys if k in df}
+
+
+def data_of(stats: dict) -> str:
+    """One training's data from its stats file: '8960 sequences (64 held out)'."""
+    return f"{stats.get('train_sequences', '?')} sequences ({stats.get('heldout_sequences', '?')} held out)"
+
+
+def mixed_data(stats: dict[str, dict]) -> str | None:
+    """None when every training in ``stats`` (stats file by training name) learned from and was
+    measured on as many sequences as the others; else the caveat a verdict comparing them
+    carries, naming who saw what (a comparison across data sizes measures the data, not the
+    setting it varies)."""
+    groups: dict[str, list[str]] = {}
+    for name, s in stats.items():
+        groups.setdefault(data_of(s), []).append(name)
+    if len(groups) < 2:
+        return None
+    return "trained on different data: " + "; ".join(f"{', '.join(n)} on {d}" for d, n in groups.items())
+
+
+def share(flags: Iterable[bool]) -> str:
+    """'7/9' for a list of comparisons that should each hold."""
+    flags = [bool(f) for f in flags if f is not None and not (isinstance(f, float) and np.isnan(f))]
+    return f"{sum(flags)}/{len(flags)}"
+
+
+def trend(what: str, ours: Iterable[bool], paper: Iterable[bool] | None = None) -> str:
+    """One computed line: how often a comparison holds in the paper's numbers and in ours
+    (``paper`` None: the paper states it as a claim, with no numbers to count)."""
+    ours = share(ours)
+    n_o, d_o = map(int, ours.split("/"))
+    verdict = ("holds" if n_o == d_o else "mostly holds" if 2 * n_o > d_o else "does not hold") if d_o else "untested"
+    if paper is None:
+        return f"{what}: ours {ours} -> the paper's claim {verdict} here"
+    paper = share(paper)
+    n_p, d_p = map(int, paper.split("/"))
+    return f"{what}: paper {paper}, ours {ours} -> the paper's trend {verdict} here" + (
+        "" if n_p == d_p else " (the paper itself has exceptions)")
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """``df`` as a markdown table, missing cells (None, NaN) printed as :data:`MISSING`."""
+    # tabulate applies missingval to None only: NaN would print as "nan"
+    cells = df.astype(object).where(df.notna(), None)
+    return cells.to_markdown(index=False, floatfmt=floatfmt, missingval=MISSING)
+
+
+def write_table(df: pd.DataFrame, artifact_id: str, out_dir: Path, meta: dict, floatfmt: str = ".3f") -> None:
+    """Write ``tables/<id>.csv`` and ``tables/<id>.md``; the markdown names its provenance."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_dir / f"{artifact_id}.csv", index=False)
+    head = "\n".join(f"- **{k}**: {v}" for k, v in meta.items())
+    md = f"# {artifact_id}\n\n{head}\n\n{to_markdown(df, floatfmt)}\n"
+    (out_dir / f"{artifact_id}.md").write_text(md)
+
+
+def main(argv=None) -> None:
+    """``python -m common.harness.report RECORDS.jsonl ...``: the summary table of benchmark records."""
+    from ..checks import ArgumentParser
+    from ..errors import UserError
+    from ..records import read_jsonl
+
+    ap = ArgumentParser(prog="python -m common.harness.report",
+                        description="summary per decoder of common.harness.bench records (tokens/s, speedup, "
+                                    "mean accepted length, peak memory, identical to the baseline)")
+    ap.add_argument("records", nargs="+", type=Path, help="JSONL files written by common.harness.bench")
+    ap.add_argument("--baseline", default="vanilla", help="decoder the speedup is relative to")
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table with provenance")
+    a = ap.parse_args(argv)
+    records = []
+    for path in a.records:
+        if not path.is_file():
+            raise UserError(f"{path} is not a file; valid: a JSONL file written by common.harness.bench")
+        try:
+            records += read_jsonl(path)
+        except ValueError as e:
+            raise UserError(f"{path} is not JSONL ({e})") from None
+    missing = sorted(BENCH_FIELDS - set().union(*map(set, records))) if records else sorted(BENCH_FIELDS)
+    if missing:
+        raise UserError(f"{', '.join(map(str, a.records))}: no common.harness.bench records (missing "
+                        f"{', '.join(missing)}); valid: files written by python -m common.harness.bench")
+    decoders = list(dict.fromkeys(r["decoder"] for r in records))
+    if a.baseline not in decoders:  # summarize would just drop the speedup column
+        raise UserError(f"--baseline {a.baseline!r} is not a decoder of these records; valid: {', '.join(decoders)}")
+    df = summarize(records, a.baseline)
+    if a.markdown:
+        print("\n".join(f"- **{k}**: {v}" for k, v in provenance(records).items()) + "\n")
+        print(df.to_markdown(index=False, floatfmt=".3f"))
+    else:
+        print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    from ..errors import cli_main
+
+    cli_main(main)
