@@ -12,9 +12,11 @@ setting) and ``python -m bild.oracle`` (Figure 2's oracle study per task and var
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from common.errors import UserError
+from common.workflow.commands import bench_command
 
 from .config import BildConfig, TaskConfig
 from .exits import ExitLoss
@@ -23,6 +25,14 @@ from .exits import ExitLoss
 def label(fallback: float, rollback: float) -> str:
     """The bench label of one setting, e.g. ``bild@fb0.5_rb2``."""
     return f"bild@fb{fallback:g}_rb{rollback:g}"
+
+
+def sweep_command(model: str) -> str:
+    """The benchmark command of a sweep of one task (``{params.t}``) on ``model`` (a Snakemake
+    shell template), prompts cut on the left as the paper's seq2seq tasks are."""
+    return bench_command("--dataset {params.t.dataset} --n {params.t.n} --template {params.t.template}",
+                         "--max-new-tokens {params.t.max_new_tokens} --max-prompt-tokens {params.b.max_prompt_tokens}",
+                         model=model, truncate="left")
 
 
 def calm_label(threshold: float, tau: float) -> str:
@@ -38,6 +48,15 @@ class RuleParams:
     # the aligned variant learns the corpus's greedy answers as text (rule teacher_answers: the
     # paper fine-tunes on the large model's generated outputs) rather than the pass's greedy labels
     answers_as_text: bool = False
+    # What the workflow's shared helpers give (rules/common.smk; only the input and teacher
+    # methods below read them): what a model needs on disk before it loads (``model_files(name)``),
+    # a teacher cache's flags (``teacher_flags(corpus, teacher, heldout=None)``), the components'
+    # settings by name (``corpus``, and ``teacher``, ``teacher_text``, ``teacher_answers``: one per
+    # cache) and the files the shared teacher cache is built from (``teacher_inputs``).
+    model_files: Callable[..., list[str]] | None = None
+    teacher_flags: Callable[..., str] | None = None
+    teachers: Mapping[str, Mapping | None] = field(default_factory=dict)
+    teacher_inputs: Mapping[str, str] = field(default_factory=dict)
 
     # rules/bild.smk names the task wildcard ``btask`` (``task`` is constrained to PPD's tasks)
     def task(self, wildcards) -> TaskConfig:
@@ -56,6 +75,29 @@ class RuleParams:
 
     def labels(self, wildcards) -> str:
         return self.variant_labels(wildcards.variant)
+
+    def teacher(self, variant: str) -> tuple[str, str]:
+        """``(cache, flags)`` of a small model of ``variant``: the reference text for the unaligned
+        one (rule teacher_text), the corpus's answers as text for the aligned one where the
+        profile sets components.teacher_answers (rule teacher_answers), the shared cache otherwise."""
+        if variant == "aligned" and self.answers_as_text:
+            name = "teacher_answers"
+        else:
+            name = "teacher_text" if self.LABELS[variant] == "text" else "teacher"
+        return f"{self.components}/{name}.pt", self.teacher_flags(self.teachers["corpus"], self.teachers[name])
+
+    def small_teacher_cache(self, wildcards) -> str:
+        return self.teacher(wildcards.variant)[0]
+
+    def small_teacher_flags(self, wildcards) -> str:
+        return self.teacher(wildcards.variant)[1]
+
+    def sweep_inputs(self, wildcards) -> list[str]:
+        """A sweep's large model and, where the profile trains them (``small_layers``), the
+        trained small model of the variant."""
+        small = ([] if self.cfg.small_layers is None
+                 else [f"{self.components}/bild_small_{wildcards.variant}/model/config.json"])
+        return [*self.model_files(self.large(wildcards)), *small]
 
     def train(self, draft: dict) -> dict:
         """The small models' training settings: the draft's (same family, same trainer),
@@ -130,6 +172,21 @@ class RuleParams:
         if self.exit_shares_teacher():
             return {"teacher": f"{self.components}/teacher.pt", "corpus": f"{self.components}/corpus.pt"}
         return {"teacher": f"{self.exit_dir(wildcards)}/teacher.pt", "corpus": f"{self.exit_dir(wildcards)}/corpus.pt"}
+
+    def exit_inputs(self, wildcards) -> dict:
+        """An exit training's model and, when it is the profile's model, the shared teacher and
+        its corpus (otherwise the trainer builds its own caches)."""
+        shared = ({"teacher": self.exit_teacher(wildcards)["teacher"], **self.teacher_inputs}
+                  if self.exit_shares_teacher() else {})
+        return {"model": self.model_files(self.cfg.early_exit.model), **shared}
+
+    def exit_teacher_flags(self, wildcards) -> str:
+        """The exit training's teacher flags: the shared cache's when it trains the profile's
+        model, else ShareGPT text with its own held-out corpus cache."""
+        corpus, teacher = self.teachers["corpus"], self.teachers["teacher"]
+        if self.exit_shares_teacher():
+            return self.teacher_flags(corpus, teacher)
+        return self.teacher_flags(corpus, {**teacher, "source": "sharegpt"}, self.exit_teacher(wildcards)["corpus"])
 
     def exit_train_flags(self, wildcards) -> str:
         """``python -m bild.exits`` flags of one loss's training (its own settings and stopping)."""

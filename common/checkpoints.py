@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+from .checks import differences
 from .errors import UserError
-from .paths import atomic_write
+from .paths import atomic_write, load_or_error
 
 
 def run_path(ckpt_path: Path) -> Path:
@@ -49,30 +50,63 @@ def fingerprint(model) -> dict:
 
 
 def read_trained(ckpt_path: Path, hint: str = "train it first") -> dict:
-    """The state of a finished checkpoint (``identity``, ``module``, ...), read once."""
+    """The state of a finished checkpoint (``identity``, ``module``, ...), read once.
+
+    A missing, unfinished, truncated or foreign file is one UserError naming it and, after
+    ``hint`` (how to train it), what to do; nothing is loaded."""
     ckpt_path = Path(ckpt_path)
     if not ckpt_path.is_file() and run_path(ckpt_path).is_file():
         raise UserError(f"checkpoint {ckpt_path} is from an unfinished run ({run_path(ckpt_path)}); "
                         "rerun training to resume it")
     if not ckpt_path.is_file():
         raise UserError(f"checkpoint {ckpt_path} does not exist; {hint}")
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: callers often read only the metadata
-    if not isinstance(state, dict) or "identity" not in state or "module" not in state:
-        raise UserError(f"{ckpt_path} is not a checkpoint written by common.training.loop")
+    # mapped: callers often read only the metadata
+    state = load_or_error(ckpt_path, lambda p: torch.load(p, weights_only=False, map_location="cpu", mmap=True),
+                          "checkpoint", f"delete it, then {hint}")
+    identity = state.get("identity") if isinstance(state, dict) else None
+    if not isinstance(identity, dict) or "meta" not in identity or not isinstance(state.get("module"), dict):
+        raise UserError(f"{ckpt_path} is not a checkpoint written by common.training.loop; delete it, then {hint}")
     if not state.get("done"):
         raise UserError(f"checkpoint {ckpt_path} is from an unfinished run; rerun training to resume it")
     return state
+
+
+def check_meta(state: dict, want: dict, what: str, fix: str = "train one for this model") -> None:
+    """Refuse a checkpoint state (:func:`read_trained`) made for another model or setting: one
+    line naming ``what`` (e.g. "EAGLE head at DIR") and the keys that differ, never both
+    identities whole (one with a teacher key runs past a thousand characters)."""
+    meta = state["identity"]["meta"]
+    if meta != want:
+        found = meta if isinstance(meta, dict) else {"meta": meta}
+        raise UserError(f"{what} was trained for another model or setting ({differences(found, want)}); {fix}")
 
 
 def load_trained(module: torch.nn.Module, ckpt, meta: dict | None = None) -> dict:
     """Load a finished checkpoint (a path, or a state from :func:`read_trained`) into
     ``module``; returns its identity (config, meta). ``meta`` must match the stored one."""
     state = ckpt if isinstance(ckpt, dict) else read_trained(ckpt)
-    if meta is not None and state["identity"]["meta"] != meta:
-        raise UserError(f"checkpoint was trained for {state['identity']['meta']}, not {meta}")
+    where = "checkpoint" if isinstance(ckpt, dict) else f"checkpoint {ckpt}"
+    if meta is not None:
+        check_meta(state, meta, where)
+    misfit = _misfit(module.state_dict(), state["module"])
+    if misfit:  # load_state_dict would raise a page-long RuntimeError
+        raise UserError(f"{where} holds weights that do not fit this {type(module).__name__} ({misfit}); "
+                        "retrain it for this model")
     module.load_state_dict(state["module"])
     module.eval()
     return state["identity"]
+
+
+def _misfit(have: dict, got: dict) -> str:
+    """The first tensor a stored state dict lacks, adds or shapes otherwise ("" when it fits)."""
+    for k, t in have.items():
+        if k not in got:
+            return f"no tensor {k!r}"
+        if not isinstance(got[k], torch.Tensor) or tuple(got[k].shape) != tuple(t.shape):
+            shape = list(got[k].shape) if isinstance(got[k], torch.Tensor) else type(got[k]).__name__
+            return f"{k!r} is {shape}, not {list(t.shape)}"
+    extra = [k for k in got if k not in have]
+    return f"unexpected tensor {extra[0]!r}" if extra else ""
 
 
 def save_trained(module: torch.nn.Module, ckpt_path: Path, meta: dict) -> None:

@@ -64,6 +64,9 @@ def check_out_path(path) -> Path:
     return path
 
 
+USAGE_CHARS = 160  # the usage an error line carries whole; a longer one is named by its program only
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors follow the house rule: one ``error:`` line, exit 2.
 
@@ -73,4 +76,30 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         usage = " ".join(self.format_usage().split()[1:])  # one line, without "usage:"
+        if len(usage) > USAGE_CHARS:  # a long option list would bury the message: --help shows it
+            usage = f"{self.prog} ..."
         raise UserError(f"{message}; usage: {usage} (--help for details)")
+
+
+def differences(found: dict, want: dict, limit: int = 3, value_chars: int = 40) -> str:
+    """The keys whose values differ between two identities, as ``"key: <found> there, <want> here; ..."``.
+
+    For refusals of a file made for another model or setting: a component's identity can hold a
+    teacher cache's whole key (a thousand characters and more), so the line names the differing
+    keys, each value shortened to ``value_chars``, at most ``limit`` of them, never both dicts.
+    """
+    def short(v) -> str:
+        r = repr(v)
+        return r if len(r) <= value_chars else r[:value_chars - 3] + "..."
+    keys = [k for k in {**found, **want} if found.get(k, _ABSENT) != want.get(k, _ABSENT)]
+    parts = [f"{k}: {short(found.get(k, _ABSENT))} there, {short(want.get(k, _ABSENT))} here" for k in keys[:limit]]
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return "; ".join(parts) + more
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()

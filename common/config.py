@@ -4,19 +4,14 @@
 
 The Snakefile, every CLI and every notebook load profiles through :func:`load_profile`, so a
 typo in the config or an unknown profile fails once, in one line, before any rule runs.
-:func:`artifact_inputs` is the one list of raw records an artifact reads: the rules declare
-it and the notebooks read exactly it.
+What the workflow derives from a profile lives in :mod:`common.workflow`: each rule's
+reservation (:mod:`common.workflow.resources`) and each artifact's raw records and outputs
+(:mod:`common.workflow.artifacts`).
 """
 from __future__ import annotations
 
 import ast
-import atexit
-import itertools
-import json
-import os
 import re
-import shutil
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +25,6 @@ from .errors import UserError, check_range, unknown
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 PROFILES_DIR = CONFIG_DIR / "profiles"  # <name>.yaml: the profile ``name``
-# Trained components a decoder option may name, and the statistics file each training writes.
-COMPONENTS = ("medusa", "draft", "eagle")
 # The A/A pair: ``vanilla`` run a second time under this label, interleaved per prompt in the
 # same benchmark (python -m common.harness.bench --aa). Two runs of one decoder differ only by the
 # machine's noise, so their tokens/s ratio is the run's noise floor for every speedup.
@@ -125,48 +118,11 @@ class Profile:
     resource_class: Mapping = field(default_factory=dict, repr=False)
 
 
-@dataclass(frozen=True)
-class RuleResources:
-    """What the scheduler reserves for one rule (a profile's ``resources`` entry).
-
-    ``runtime`` is in minutes; ``gpus`` become SLURM's ``--gpus``; an ``exclusive`` rule (a
-    timing rule) never shares the machine: locally it takes every core Snakemake was given,
-    under SLURM it asks for a node of its own."""
-    threads: int
-    mem_mb: int
-    runtime: int
-    gpus: int = 0
-    exclusive: bool = False
-
-    def snakemake(self) -> dict:
-        """The rule's ``resources:`` (names the SLURM executor plugin reads; an executor that
-        does not know ``cpus_per_task`` or ``slurm_extra`` ignores them)."""
-        res = {"mem_mb": self.mem_mb, "runtime": self.runtime, "cpus_per_task": self.threads}
-        if self.gpus:
-            res["gpu"] = self.gpus
-        if self.exclusive:
-            res["slurm_extra"] = "--exclusive"
-        return res
-
-
-def rule_resources(profile: Profile, key: str) -> RuleResources:
-    """Rule ``key``'s reservation: its class's entry of the profile's ``resources`` with the
-    profile's ``overrides`` for the rule on top (validated by the schema); UserError when the rule
-    has no class or the profile no entry for it, so a rule cannot go without."""
-    table = profile.raw["resources"]
-    cls = profile.resource_class.get(key)
-    if cls is None:
-        raise UserError(f"config resource_classes: rule {key!r} is in no class "
-                        f"(classes: {', '.join(sorted(set(profile.resource_class.values())))})")
-    if cls not in table:
-        raise UserError(f"config profiles/{profile.name}/resources: no entry for class {cls!r} of rule {key!r} "
-                        f"(threads, mem_mb, runtime); entries: {', '.join(sorted(set(table) - {'overrides'}))}")
-    return RuleResources(**{**table[cls], **table.get("overrides", {}).get(key, {})})
-
-
 def resource_class_of(config: dict) -> dict:
     """``{rule: class}`` from the top-level ``resource_classes``; UserError for a rule in two
-    classes or an override naming a rule in none (a typo would otherwise be ignored)."""
+    classes or an override naming a rule in none (a typo would otherwise be ignored). Part of
+    loading, so a bad class fails every entry point; what a rule reserves from it:
+    :func:`common.workflow.resources.rule_resources`."""
     out = {}
     for cls, rules in config["resource_classes"].items():
         for rule in rules:
@@ -409,11 +365,6 @@ def load_profile(config: dict | None = None, profile: str | None = None) -> Prof
                    raw=MappingProxyType(p), resource_class=MappingProxyType(resource_class_of(config)))
 
 
-def load_artifacts() -> dict:
-    """Artifact registry (config/artifacts.yaml): id -> package, notebook, inputs, outputs."""
-    return yaml.safe_load((CONFIG_DIR / "artifacts.yaml").read_text())
-
-
 def group_config(profile: Profile, group: str) -> dict:
     """Options of one benchmark group's decoder labels (labels without options left out)."""
     return labels_config(profile, profile.cross.groups[group])
@@ -425,188 +376,6 @@ def placeholder(value) -> str | None:
     if isinstance(value, str) and re.fullmatch(r"\{\w+\}", value):
         return value[1:-1]
     return None
-
-
-def component_ref(value) -> str | None:
-    """The cross component (:data:`COMPONENTS`) a decoder option value names, else None."""
-    name = placeholder(value)
-    return name if name in COMPONENTS else None
-
-
-def cross_components(profile: Profile) -> list[str]:
-    """The trained components (``medusa``, ``draft``) that some benchmark group's options name
-    (:func:`component_ref`), in :data:`COMPONENTS` order."""
-    named = {component_ref(v) for g in profile.cross.groups for opts in group_config(profile, g).values()
-             for v in opts.values()}
-    return [c for c in COMPONENTS if c in named]
-
-
-def cross_joins(profile: Profile) -> dict[str, dict]:
-    """The paper sections whose own benchmark run joins ``cross.table`` (config ``cross.joins``):
-    section -> ``{record, stats, decoders}``, paths under the results root."""
-    return {s: dict(j) for s, j in profile.raw["cross"].get("joins", {}).items()}
-
-
-def cross_joined(profile: Profile) -> list[str]:
-    """The files the joins add to ``cross.table``'s inputs: each run's record and its component's stats."""
-    return [f for j in cross_joins(profile).values() for f in (j["record"], j["stats"])]
-
-
-def study_section(profile: Profile) -> Mapping:
-    """The profile's cross-method study (config ``study``: ``bench`` and ``stats``)."""
-    if "study" not in profile.raw:
-        raise UserError(f"profile {profile.name!r} has no study section in config/profiles/{profile.name}.yaml")
-    return profile.raw["study"]
-
-
-def study_labels(profile: Profile) -> list[str]:
-    """Every label a study run records: its decoders, then the A/A pair (``study_bench`` runs ``--aa``)."""
-    return [*study_section(profile)["bench"]["decoders"], AA_LABEL]
-
-
-def study_stats(profile: Profile) -> list[str]:
-    """The training records (paths under the results root) of the trained components the
-    study's decoders name (a ``"{name}"`` option value), in the order the decoders name them;
-    a component without an entry in ``study.stats`` is one error, so no cost goes missing."""
-    study = study_section(profile)
-    named = []
-    for label, opts in labels_config(profile, study["bench"]["decoders"]).items():
-        for v in opts.values():
-            if placeholder(v) and placeholder(v) not in named:
-                named.append(placeholder(v))
-    missing = [n for n in named if n not in study["stats"]]
-    if missing:
-        raise UserError(f"config profiles/{profile.name}/study/stats: no training record for {', '.join(missing)} "
-                        f"(named by the study's decoders); valid: a path under the results root for each of "
-                        f"{', '.join(named)}")
-    return [study["stats"][n] for n in named]
-
-
-def kept_cost_curves(profile: Profile) -> list[str]:
-    """The hosts whose cost curves are kept under ``<results root>/cross/raw/cost_curves/`` (file
-    stems), for ``{kept_cost_curves}``: ``cost_curve`` measures the host it runs on, and a
-    benchmark record is read against its own host's curve, so the curves of the hosts earlier
-    records ran on are kept beside it (``tools/cost_curves.py keep``). Committed records, listed
-    as they are on disk: none in a fresh results root."""
-    return sorted(p.stem for p in (Path(profile.results_root) / "cross" / "raw" / "cost_curves").glob("*.jsonl"))
-
-
-# artifact-pattern names computed from the config rather than read at a dotted path
-_COMPUTED = {"cross_components": cross_components, "cross_joined": cross_joined, "study_labels": study_labels,
-             "study_stats": study_stats, "kept_cost_curves": kept_cost_curves}
-
-
-def _values(profile: Profile, path: str) -> list[str]:
-    """What ``{path}`` in an artifact pattern expands to: the items of a list or the keys of a
-    mapping at that dotted path of the profile's config, or a name of :data:`_COMPUTED`."""
-    if path in _COMPUTED:
-        return _COMPUTED[path](profile)
-    # "{?a.b}": "" when the profile sets a.b (to anything but null), else the input is left out
-    optional = path.startswith("?")
-    node = profile.raw
-    for part in path.removeprefix("?").split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            if optional:
-                return []
-            raise UserError(f"config/artifacts.yaml: '{{{path}}}' names nothing in profile {profile.name!r}")
-        node = node[part]
-    if optional:
-        return [] if node is None else [""]
-    return [str(v) for v in node]
-
-
-def artifact_inputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
-    """The raw records artifact ``aid`` reads, under the profile's results root.
-
-    Each ``{dotted.path}`` in an input pattern expands over the config's values there, so the
-    list follows the config (a group added to ``cross.groups`` adds its records); an input with
-    ``{?dotted.path}`` is declared only where the profile sets that key to something other
-    than null (a component some profiles train, e.g. a paper package's ``small_layers``: null
-    means released models, none trained).
-    """
-    artifacts = artifacts if artifacts is not None else load_artifacts()
-    if aid not in artifacts:
-        raise unknown("artifact", aid, artifacts)
-    return [f"{profile.results_root}/{p}" for pattern in artifacts[aid]["inputs"] for p in _expand(profile, pattern)]
-
-
-def _expand(profile: Profile, pattern: str) -> list[str]:
-    """Every path of an artifact pattern, each ``{name}`` in it replaced by its :func:`_values`."""
-    keys = re.findall(r"\{(\??[\w.]+)\}", pattern)
-    out = []
-    for combo in itertools.product(*(_values(profile, k) for k in keys)):
-        path = pattern
-        for k, v in zip(keys, combo):
-            path = path.replace("{" + k + "}", v, 1)
-        out.append(path)
-    return out
-
-
-def artifact_outputs(profile: Profile, aid: str, artifacts: dict | None = None) -> list[str]:
-    """Files artifact ``aid`` writes: the executed notebook first, then tables, figure and the
-    files its ``exports`` patterns name (under the package's folder, e.g. the Spec-Bench export)."""
-    spec = (artifacts if artifacts is not None else load_artifacts())[aid]
-    base = f"{profile.results_root}/{spec['package']}"
-    out = [f"{base}/notebooks/{aid}.ipynb"]
-    if "table" in spec["outputs"]:
-        out += [f"{base}/tables/{aid}.md", f"{base}/tables/{aid}.csv"]
-    if "figure" in spec["outputs"]:
-        out += [f"{base}/figures/{aid}.png"]
-    return out + [f"{base}/{p}" for pattern in spec.get("exports", []) for p in _expand(profile, pattern)]
-
-
-# ------------------------------------------------ the notebook side of the artifact contract
-
-def check_inputs(paths: list[str]) -> list[str]:
-    """Raise UserError naming the first declared raw record that is missing, empty or
-    truncated (a JSONL file must end with a newline; a JSON file must parse)."""
-    for p in map(Path, paths):
-        if not p.is_file() or p.stat().st_size == 0:
-            raise UserError(f"declared input {str(p)!r} is missing or empty")
-        text = p.read_text()
-        try:
-            if p.suffix == ".jsonl":
-                if not text.endswith("\n"):
-                    raise ValueError("no newline at the end")
-                for line in filter(str.strip, text.splitlines()):
-                    json.loads(line)
-            elif p.suffix == ".json":
-                json.loads(text)
-        except ValueError as e:
-            raise UserError(f"declared input {str(p)!r} is truncated or corrupt ({e})") from None
-    return [str(p) for p in paths]
-
-
-class Staged:
-    """Tables and figures of one render, written under a temporary folder and moved into
-    place together by :meth:`publish` (the notebook's last step), so a render that fails
-    midway leaves the committed files as they were."""
-
-    def __init__(self, final_dirs: dict[str, Path]):
-        self.final = {k: Path(v) for k, v in final_dirs.items()}   # kind ('tables', 'figures') -> folder
-        root = Path(next(iter(self.final.values()))).parent
-        root.mkdir(parents=True, exist_ok=True)
-        # Beside the final folders, so that os.replace stays on one file system; removed when
-        # the process ends, so a failed render leaves nothing behind either.
-        self.tmp = Path(tempfile.mkdtemp(prefix=".render-", dir=root))
-        atexit.register(shutil.rmtree, self.tmp, True)
-
-    def dir(self, kind: str) -> Path:
-        """The staging folder for ``kind``; files written there are published under its final folder."""
-        d = self.tmp / kind
-        d.mkdir(exist_ok=True)
-        return d
-
-    def publish(self) -> list[str]:
-        """Move every staged file to its final folder (os.replace: atomic per file)."""
-        done = []
-        for kind, final in self.final.items():
-            for f in sorted((self.tmp / kind).glob("*")) if (self.tmp / kind).is_dir() else []:
-                final.mkdir(parents=True, exist_ok=True)
-                os.replace(f, final / f.name)
-                done.append(str(final / f.name))
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return done
 
 
 def section(profile: Profile, name: str, build):

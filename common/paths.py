@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from .errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+REASON_CHARS = 64  # of a library's own message: enough to tell truncation from garbage, short enough for one line
 
 
 def cache_root() -> Path:
@@ -52,3 +55,47 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def load_or_error(path, load: Callable[[Path], T], what: str, fix: str) -> T:
+    """``load(path)``, with a missing, truncated or garbage file as one :class:`UserError` line.
+
+    Every reader of a file this repository writes (checkpoints, datastores, shards, records)
+    goes through here: the libraries' own failures on a damaged file (torch: ``RuntimeError``
+    or ``UnpicklingError``, numpy: ``ValueError``, json: ``JSONDecodeError``, safetensors:
+    ``SafetensorError``, ...) are tracebacks the user cannot act on. Here each becomes
+    ``"<what> <path> is damaged or unreadable (<its reason, shortened>); <fix>"``; a UserError that ``load``
+    raises itself (its own checks of the content) passes unchanged.
+
+    Args:
+        load: reads the file (a library's loader, plus any check of what it returned).
+        what: what the file is, for the message ("EAGLE head checkpoint", "records file").
+        fix: what to do, e.g. "delete it and rebuild it: python -m ...".
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{what} {path} does not exist; {fix}")
+    try:
+        return load(path)
+    except UserError:
+        raise
+    except Exception as e:  # the loaders' failures on damaged bytes have no common base class
+        raise UserError(f"{what} {path} is damaged or unreadable ({short_reason(e)}); {fix}") from e
+
+
+def short_reason(e: BaseException) -> str:
+    """``"<type>: <first line of the message>"``, at most :data:`REASON_CHARS` characters."""
+    text = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+
+
+def load_json(path, what: str, fix: str, kind: type = dict):
+    """A JSON file whose top level is a ``kind`` (an object by default), through
+    :func:`load_or_error`: invalid JSON, bytes that are not text, or another top level are
+    one UserError naming ``path`` and ``fix``."""
+    def load(p: Path):
+        obj = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(obj, kind):
+            raise ValueError(f"its top level is a {type(obj).__name__}, not a {kind.__name__}")
+        return obj
+    return load_or_error(path, load, what, fix)

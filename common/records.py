@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .errors import UserError
-from .paths import atomic_write, cache_root
+from .paths import atomic_write, cache_root, load_or_error
 
 REPO = Path(__file__).resolve().parent.parent
 EXPLORATORY_ENV = "REPRO_EXPLORATORY"
@@ -158,9 +158,26 @@ def write_json(path: Path, obj) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def read_jsonl(path: Path, fix: str = "rerun what wrote it (records are written whole: this one was cut or "
+                                     "edited since)") -> list[dict]:
+    """The records of a JSONL file, one dict per non-blank line. A missing file, a line that is
+    not a JSON object, or bytes that are not text are one UserError naming the file, the line
+    and ``fix``."""
+    def load(p: Path) -> list[dict]:
+        out = []
+        with open(p, "rb") as fh:  # decoded line by line, so bytes that are no text name their line too
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line.decode("utf-8"))
+                except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+                    raise ValueError(f"line {n}: {e}") from e
+                if not isinstance(rec, dict):
+                    raise ValueError(f"line {n} is a {type(rec).__name__}, not a JSON object")
+                out.append(rec)
+        return out
+    return load_or_error(path, load, "records file", fix)
 
 
 class ResumeLog:
@@ -256,7 +273,8 @@ def content_digest(path, without: tuple[str, ...] = ()) -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode() + b"\0")
-        state = torch.load(f, map_location="cpu", mmap=True, weights_only=False) if f.suffix == ".pt" else None
+        state = load_or_error(f, lambda p: torch.load(p, map_location="cpu", mmap=True, weights_only=False),
+                              "checkpoint", "delete it and train it again") if f.suffix == ".pt" else None
         if isinstance(state, dict) and isinstance(state.get("module"), dict):
             for name, t in sorted(state["module"].items()):
                 t = t.detach().contiguous()

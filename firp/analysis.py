@@ -106,15 +106,14 @@ def heldout_answers(a, model, tokenizer) -> list[dict]:
     """The held-out greedy answers ``[{"ids": [L], "start": int}]`` of :func:`maps_cli`'s
     arguments ``a``: the held-out shard of the sharded corpus ``a.corpus_dir`` (refused unless
     written by this model), else the greedy corpus cache ``a.heldout_corpus`` (built on first use)."""
-    from common.training import selfdistill
-
     if a.corpus_dir is not None:
         from common.training import corpus as corpus_mod
         from common.training.teacher import shard_sequences
         corpus_mod.open_corpus(a.corpus_dir, model=model)
         return shard_sequences(corpus_mod.heldout(a.corpus_dir))
-    return selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
-                                     max_new_tokens=a.answer_tokens)
+    from common.training import corpus as corpus_mod
+    return corpus_mod.load_or_build_set(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
+                                        max_new_tokens=a.answer_tokens)
 
 
 def _main(argv=None) -> None:

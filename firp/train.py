@@ -1,6 +1,6 @@
 """Training FIRP's maps (section 3.2, Eq. 4): only ``W_i, b_i`` learn, the model is frozen.
 
-Data: the model's own greedy answers (:mod:`common.training.selfdistill`'s corpus), so the teacher for
+Data: the model's own greedy answers (:mod:`common.training.corpus`), so the teacher for
 an anchor ``q`` is the model's own distribution along its greedy continuation. One frozen
 forward over a sequence gives the cache, the real state of every position at every layer,
 and the teacher's distributions; then, for every anchor of the sequence at once, step ``i``

@@ -16,7 +16,7 @@ for _aid, _spec in ARTIFACTS.items():
         name: _aid.replace(".", "_").replace("-", "_")
         input:
             notebook=f"notebooks/{_aid}.ipynb",
-            raw=artifact_inputs(_aid),
+            raw=raw_records(_aid),
         output:
             notebook=update(artifact_outputs(_aid)[0]),
             files=[update(f) for f in artifact_outputs(_aid)[1:]],

@@ -7,10 +7,14 @@
 # model's vanilla beside bild with exit_layer, or calm). Raw JSONL under <root>/bild/raw/; the
 # small and exit models in the git-ignored cache.
 from bild.config import EXIT_LOSSES as BILD_EXIT_LOSSES, VARIANTS as BILD_VARIANTS, from_profile as bild_from_profile
-from bild.workflow import RuleParams as BildParams
+from bild.workflow import RuleParams as BildParams, sweep_command as bild_sweep_command
 
 BILD = bild_from_profile(P)
-BILDR = BildParams(BILD, f".cache/components/{P.name}", P.model, answers_as_text=TEACHER_ANSWERS is not None)
+# rule arguments (bild/workflow.py), with the shared helpers its inputs and teacher flags need
+BILDR = BildParams(BILD, f".cache/components/{P.name}", P.model, answers_as_text=TEACHER_ANSWERS is not None,
+                   model_files=model_files, teacher_flags=teacher_flags, teacher_inputs=teacher_inputs(C["teacher"]),
+                   teachers={"corpus": C["corpus"], "teacher": C["teacher"], "teacher_text": TEACHER_TEXT,
+                             "teacher_answers": TEACHER_ANSWERS})
 BILD_RAW = f"{ROOT}/bild/raw"
 BILD_BENCH = P.raw["bild"].get("bench") or {"datasets": {}}
 
@@ -25,7 +29,7 @@ wildcard_constraints:
 # The small models come from the draft family's trainer (common.components.draft_model) on the shared teacher cache,
 # with hard labels: the reference text (unaligned) or the large model's greedy tokens (aligned).
 rule bild_small:
-    input: teacher=lambda w: bild_small_teacher(w)[0], **teacher_inputs(C["teacher"])
+    input: teacher=BILDR.small_teacher_cache, **teacher_inputs(C["teacher"])
     output:
         model=f".cache/components/{P.name}/bild_small_{{variant}}/model/config.json",
         stats=f"{BILD_RAW}/small_{{variant}}_stats.json",
@@ -37,7 +41,7 @@ rule bild_small:
     resources: **rule_resources("bild_small")
     params:
         env=ENV, py=PY, p=P, b=BILD, labels=BILDR.labels, d=BILDR.train(C["draft"]),
-        teacher=lambda w: bild_small_teacher(w)[1], stop=stopping_flags(BILDR.train(C["draft"])),
+        teacher=BILDR.small_teacher_flags, stop=stopping_flags(BILDR.train(C["draft"])),
     shell:
         "{params.env} {params.py} -m common.components.draft_model --model {params.b.model} --teacher {input.teacher}"
         " {params.teacher} --labels {params.labels} --layers {params.b.small_layers}"
@@ -47,7 +51,7 @@ rule bild_small:
 
 
 rule bild_sweep:
-    input: bild_sweep_inputs
+    input: BILDR.sweep_inputs
     output: f"{BILD_RAW}/sweep_{{btask}}_{{variant}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/bild_sweep_{{btask}}_{{variant}}.log"
@@ -58,12 +62,7 @@ rule bild_sweep:
     params:
         env=ENV, py=PY, p=P, b=BILD, large=BILDR.large, t=BILDR.task, decoders=BILDR.decoders,
         dcfg=BILDR.decoder_config,
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.large} --decoders {params.decoders}"
-        " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
-        " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
-        " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
-        " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
+    shell: bild_sweep_command("{params.large}")
 
 
 # Table 2: the large and small models' configurations, read from their configs (no weights).
@@ -82,7 +81,7 @@ rule bild_models:
 # Figure 2's oracle study: the small model decodes, the large model's token replaces its own where
 # p_L(small token) is below each threshold (both models alone included), on the sweep's first prompts.
 rule bild_oracle:
-    input: bild_sweep_inputs
+    input: BILDR.sweep_inputs
     output: f"{BILD_RAW}/oracle_{{btask}}_{{variant}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/bild_oracle_{{btask}}_{{variant}}.log"
@@ -101,7 +100,7 @@ rule bild_oracle:
 # Figures 6 and 7: the shared exit head of each loss (bild: (L_k + L_d)/2, calm: sum_i i/sum_j j L_i),
 # trained on the frozen model (bild.exits) and saved with it as the sweeps' large model.
 rule bild_exit_train:
-    input: unpack(bild_exit_inputs)
+    input: unpack(BILDR.exit_inputs)
     output:
         model=f".cache/components/{P.name}/bild_exit_{{exitloss}}/model/config.json",
         stats=f"{BILD_RAW}/exit_{{exitloss}}_stats.json",
@@ -113,7 +112,7 @@ rule bild_exit_train:
     resources: **rule_resources("bild_exit_train")
     params:
         env=f"{ENV} {KEEP_MEMORY}", py=PY, p=P, ee=BILD.early_exit, out=BILDR.exit_dir, caches=BILDR.exit_teacher,
-        flags=BILDR.exit_train_flags, teacher=bild_exit_teacher_flags,
+        flags=BILDR.exit_train_flags, teacher=BILDR.exit_teacher_flags,
     shell:
         "{params.env} {params.py} -m bild.exits --model {params.ee.model} {params.flags}"
         " --teacher {params.caches[teacher]} {params.teacher}"
@@ -135,12 +134,7 @@ rule bild_exit_sweep:
     params:
         env=ENV, py=PY, p=P, b=BILD, model=BILDR.exit_model, t=BILDR.task, decoders=BILDR.exit_decoders,
         dcfg=BILDR.exit_decoder_config,
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.model} --decoders {params.decoders}"
-        " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
-        " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
-        " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
-        " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
+    shell: bild_sweep_command("{params.model}")
 
 
 # The decoding benchmark of one dataset (MT-Bench: no references, so its quality is agreement with
@@ -158,12 +152,7 @@ rule bild_bench:
     params:
         env=ENV, py=PY, p=P, b=BILD_BENCH, n=section_bench_prompts("bild", "bildset"),
         decoders=section_bench_decoders("bild", "bildset"), dcfg=section_bench_config("bild", "bildset"),
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
-        " --dataset {wildcards.bildset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
-        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+    shell: section_bench_command("bildset")
 
 
 # Beyond the paper (bild.reduced_vocab, embedded small models only): the variant's trained small
@@ -173,7 +162,7 @@ if BILD.reduced_vocab is not None:
     rule bild_reduce_vocab:
         input:
             model=f"{BILDR.reduced_source()}/config.json",
-            teacher=bild_teacher(BILD.reduced_vocab.variant)[0],
+            teacher=BILDR.teacher(BILD.reduced_vocab.variant)[0],
         output:
             model=f"{BILDR.reduced_dir()}/config.json",
             stats=f"{BILD_RAW}/reduced_vocab_stats.json",
@@ -192,7 +181,7 @@ if BILD.reduced_vocab is not None:
     # Beyond the paper: a shallower small model trained with the reduced head from the start
     # (common.components.draft_model --keep), at the paper's small/large size ratio; swept in the same run.
     if BILDR.compact_dir() is not None:
-        COMPACT_TEACHER = bild_teacher(BILD.reduced_vocab.variant)
+        COMPACT_TEACHER = BILDR.teacher(BILD.reduced_vocab.variant)
 
         rule bild_compact:
             input: teacher=COMPACT_TEACHER[0], **teacher_inputs(C["teacher"])
@@ -234,9 +223,4 @@ if BILD.reduced_vocab is not None:
         params:
             env=ENV, py=PY, p=P, b=BILD, t=BILD.task(BILD.reduced_vocab.task), decoders=BILDR.reduced_decoders,
             dcfg=BILDR.reduced_decoder_config,
-        shell:
-            "{params.env} {params.py} -m common.harness.bench --model {params.b.model} --decoders {params.decoders}"
-            " --dataset {params.t.dataset} --n {params.t.n} --template {params.t.template} --max-new-tokens {params.t.max_new_tokens}"
-            " --max-prompt-tokens {params.b.max_prompt_tokens} --truncate left --dtype {params.p.dtype}"
-            " --device {params.p.device} --threads {params.p.threads} --profile {params.p.name}"
-            " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1"
+        shell: bild_sweep_command("{params.b.model}")

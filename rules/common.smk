@@ -3,12 +3,15 @@ import json
 import os
 from pathlib import Path
 
-from common.config import bench_decoders, group_config, labels_config, rule_resources as _rule_resources
 from common.assets.models import MODELS, checkpoint_dir
+from common.config import bench_decoders, group_config, labels_config
+from common.workflow.artifacts import missing_records
+from common.workflow.commands import bench_command, eagle_flags, head_train_flags, section_bench_command, stopping_flags
+from common.workflow.resources import rule_resources as _rule_resources
 
 
 def artifact_inputs(aid):
-    """Raw records artifact ``aid`` reads (common.config.artifact_inputs: the notebooks read the same list)."""
+    """Raw records artifact ``aid`` reads (common.workflow.artifacts.artifact_inputs: the notebooks read the same list)."""
     return _inputs(P, aid, ARTIFACTS)
 
 
@@ -29,28 +32,46 @@ def all_targets():
     return [f for aid in ARTIFACTS if RERUN or aid not in pending() for f in artifact_outputs(aid)]
 
 
-def check_raw_records():
-    """Without rerun, end with one error line when a declared raw record is missing; name the
-    pending artifacts `all` leaves out."""
+def note_pending():
+    """Without rerun, name the pending artifacts `all` leaves out."""
     if pending():
         print(f"note: pending artifacts (no committed raw records yet; built with --config rerun=true): "
               f"{', '.join(pending())}", file=sys.stderr)
-    missing = sorted({f for aid in ARTIFACTS if aid not in pending() for f in artifact_inputs(aid)
-                      if not os.path.isfile(f)})
-    if missing:
-        print(f"error: raw records missing for profile {P.name!r}: {', '.join(missing)} "
-              "(add --config rerun=true to run the experiments that write them)", file=sys.stderr)
+
+
+def raw_records(aid):
+    """Input of artifact ``aid``'s rule: its raw records. Without rerun no rule makes them, so
+    a function, called only for the artifacts the targets need, ends the plan with one error
+    line when some are missing (the first few and their count): the records of artifacts not
+    built may be missing."""
+    files = artifact_inputs(aid)
+    if RERUN:
+        return files
+
+    def committed(wildcards):
+        missing = missing_records(files)
+        if missing:
+            print(f"error: raw records missing for profile {P.name!r}, artifact {aid}: {missing} "
+                  "(add --config rerun=true to run the experiments that write them)", file=sys.stderr)
+            sys.exit(2)
+        return files
+    committed.__name__ = f"raw_records_{aid}"
+    return committed
+
+
+def or_exit(fn, *args):
+    """``fn(*args)``, or the plan ends with one error line where it raises UserError."""
+    try:
+        return fn(*args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
 
 def resources_of(key):
-    """Rule ``key``'s entry of the profile's ``resources`` (common.config.RuleResources); a
+    """Rule ``key``'s entry of the profile's ``resources`` (common.workflow.resources.RuleResources); a
     missing entry ends the plan with one error line."""
-    try:
-        return _rule_resources(P, key)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    return or_exit(_rule_resources, P, key)
 
 
 def rule_threads(key):
@@ -184,15 +205,6 @@ def parent_of_draft(wildcards, output):
     return str(Path(output.model).parent.parent)
 
 
-def stopping_flags(c):
-    """The early-stopping flags of a component's config (common.training.loop.Stopping)."""
-    flags = f"--max-epochs {c['max_epochs']} --eval-every {c['eval_every']} --patience {c['patience']}" \
-            f" --min-delta {c['min_delta']}"
-    flags += f" --wall-budget {c['wall_budget_s']}" if c.get("wall_budget_s") else ""
-    # a step cap also sets the length of the learning-rate schedule (common.training.loop)
-    return flags + (f" --max-steps {c['max_steps']}" if c.get("max_steps") else "")
-
-
 def teacher_flags(c, t, heldout=None):
     """What the teacher cache reads and how it was made (it is rebuilt if these change): the
     sharded corpus (``t["source"] == "corpus"``: its shards train, its held-out shard
@@ -209,22 +221,6 @@ def teacher_flags(c, t, heldout=None):
     return (f"--heldout-corpus {heldout or f'.cache/components/{P.name}/corpus.pt'}"
             f" --heldout-prompts {c['prompts']} --answer-tokens {c['answer_tokens']} --sequences {t['sequences']}"
             f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
-
-
-def bild_small_teacher(wildcards):
-    """``(cache, flags)`` of a BiLD small model's training (:func:`bild_teacher` of its variant)."""
-    return bild_teacher(wildcards.variant)
-
-
-def bild_teacher(variant):
-    """``(cache, flags)`` of a BiLD small model of ``variant``: the reference text for the
-    unaligned one (rule teacher_text), the corpus's answers as text for the aligned one where the
-    profile sets components.teacher_answers (rule teacher_answers), the shared cache otherwise."""
-    if variant == "aligned" and BILDR.answers_as_text:
-        return f".cache/components/{P.name}/teacher_answers.pt", teacher_flags(C["corpus"], TEACHER_ANSWERS)
-    if BILDR.LABELS[variant] == "text":
-        return f".cache/components/{P.name}/teacher_text.pt", teacher_flags(C["corpus"], TEACHER_TEXT)
-    return f".cache/components/{P.name}/teacher.pt", teacher_flags(C["corpus"], C["teacher"])
 
 
 def corpus_inputs(wildcards):
@@ -286,186 +282,6 @@ def parent_of_ckpt(wildcards, output):
 def parent_of_maps(wildcards, input):
     """The FIRP maps folder, read from its checkpoint path."""
     return str(Path(input.maps).parent)
-
-
-def variant_config(section, variant):
-    """A paper section's training settings with one variant's overrides (``variants:`` in config)."""
-    return {**P.raw[section]["train"], **P.raw[section]["variants"][variant]}
-
-
-def pd_train_config(wildcards):
-    return variant_config("prompt_decoding", wildcards.pdv)
-
-
-def pd_stopping_flags(wildcards):
-    return stopping_flags(pd_train_config(wildcards))
-
-
-def pd_base(variant):
-    """The model a prompt-token variant trains on (its ``base``): the profile's model by default,
-    the distilled draft (rule distill_draft) for ``draft``, else the model name or hub id given."""
-    base = variant_config("prompt_decoding", variant).get("base")
-    if base is None:
-        return P.model
-    return f"{COMP}/draft/model" if base == "draft" else base
-
-
-def pd_base_files(variant):
-    """What a variant's base model needs on disk before it loads (none for a hub model)."""
-    base = variant_config("prompt_decoding", variant).get("base")
-    return [f"{COMP}/draft/model/config.json"] if base == "draft" else model_files(base)
-
-
-def pd_train_model(wildcards):
-    return pd_base(wildcards.pdv)
-
-
-def pd_base_corpora_inputs(wildcards):
-    return pd_base_files(wildcards.pdv)
-
-
-def pd_train_inputs(wildcards):
-    """The corpora (for a variant with a ``base``, that model's own greedy answers, rule
-    pd_base_corpora, and the model itself), and the finished training a variant with
-    ``init_from`` starts from."""
-    if pd_train_config(wildcards).get("base"):
-        own = f"{COMP}/prompt_tokens/{wildcards.pdv}"
-        ins = {"corpus": f"{own}/corpus.pt", "seqcorpus": f"{own}/seqcorpus.pt", "base": pd_base_files(wildcards.pdv)}
-    else:
-        ins = seq_inputs()
-    src = pd_train_config(wildcards).get("init_from")
-    if src:
-        ins["init"] = f"{COMP}/prompt_tokens/{src}/prompts.pt"
-    return ins
-
-
-def pd_variant_flags(wildcards):
-    """A variant's appendix options (prompt_decoding.train's flags), only where they differ from
-    the paper's method."""
-    c = pd_train_config(wildcards)
-    flags = [] if c.get("distill", True) else ["--no-distill"]
-    if c.get("aggregation", "average") != "average":
-        flags.append(f"--aggregation {c['aggregation']}")
-    if c.get("head"):
-        flags.append("--head")
-    if c.get("prefix"):
-        flags.append(f"--prefix {c['prefix']}")
-    if c.get("exits", 1) != 1:
-        flags.append(f"--exits {c['exits']}")
-    if c.get("init_from"):
-        flags.append(f"--init-from {pd_train_inputs(wildcards)['init']}")
-    return " ".join(flags)
-
-
-PD_SPEC_VARIANT = "draft"  # pd.spec's prompt tokens: the variant whose base is the draft
-
-
-def pd_spec_options():
-    """pd.spec's benchmark: ``{label: options}``, ``speculative@g<gamma>`` and
-    ``pd_speculative@g<gamma>`` (config prompt_decoding.spec), both drafting with the base of
-    variant ``draft`` (pd_speculative with that variant's prompt tokens); vanilla has none."""
-    sec = P.raw["prompt_decoding"]
-    if not (sec["variants"].get(PD_SPEC_VARIANT) or {}).get("base"):
-        print(f"error: config profiles/{P.name}/prompt_decoding/variants: pd.spec needs a variant "
-              f"{PD_SPEC_VARIANT!r} with a base (its draft), e.g. {PD_SPEC_VARIANT}: {{base: draft}}", file=sys.stderr)
-        sys.exit(2)
-    spec, draft = sec["spec"], pd_base(PD_SPEC_VARIANT)
-    opts = {f"speculative@g{g}": {"draft": draft, "gamma": g} for g in spec["gamma"]}
-    opts.update({f"pd_speculative@g{g}": {"draft": draft, "prompt_tokens": f"{COMP}/prompt_tokens/{PD_SPEC_VARIANT}",
-                                          "gamma": g, "tree": spec["tree"]} for g in spec["pd_gamma"]})
-    return opts
-
-
-def pd_spec_inputs():
-    """The model, the draft and the draft's prompt tokens."""
-    return [*model_files(), *pd_base_files(PD_SPEC_VARIANT), f"{COMP}/prompt_tokens/{PD_SPEC_VARIANT}/prompts.pt"]
-
-
-def pd_spec_decoders():
-    return ",".join(["vanilla", *pd_spec_options()])
-
-
-def pd_spec_config():
-    return json.dumps(pd_spec_options())
-
-
-def pd_spec_prompts(wildcards):
-    return P.raw["prompt_decoding"]["spec"]["datasets"][wildcards.pdspec]
-
-
-def firp_train_config(wildcards):
-    return variant_config("firp", wildcards.firpv)
-
-
-def firp_stopping_flags(wildcards):
-    return stopping_flags(firp_train_config(wildcards))
-
-
-def firp_layer_flags(c):
-    """``--layers a,b,c`` when a FIRP training config ``c`` fixes them (none: the paper's
-    fractions of depth), and ``--mask-earlier`` for a masked one (Figure 7)."""
-    flags = [f"--layers {','.join(map(str, c['layers']))}"] if c.get("layers") else []
-    return " ".join(flags + (["--mask-earlier"] if c.get("mask_earlier") else []))
-
-
-def firp_layer_flag(wildcards):
-    return firp_layer_flags(firp_train_config(wildcards))
-
-
-def firp_input_folder(key):
-    """Param function: the folder of the rule's input ``key`` (a trained component's checkpoint)."""
-    def fn(wildcards, input):
-        return str(Path(input[key]).parent)
-    fn.__name__ = f"firp_{key}_folder"
-    return fn
-
-
-def head_train_flags(h):
-    """``common.components.medusa_heads`` trainer flags of a head recipe (components.medusa, or a section's override of it)."""
-    share = " --share-lm-head" if h.get("share_lm_head") else ""
-    return (f"--heads {h['heads']}{share} --labels {h['labels']} --train-vocab {h['train_vocab']} {stopping_flags(h)}"
-            f" --lr {h['lr']} --batch-size {h['batch_size']}")
-
-
-def firp_medusa_flags(wildcards, input):
-    """``--medusa`` once per Medusa component the Figure 3 scoring reads (shared head; own heads)."""
-    return " ".join(f"--medusa {Path(input[k]).parent}" for k in ("medusa", "medusa_own") if k in input.keys())
-
-
-def firp_exit_flags():
-    """The early-exit heads' steps and input layers: the main maps' (``--steps-k K [--layers ...]``)."""
-    c = variant_config("firp", "main")
-    return f"--steps-k {c['steps_k']}" + (f" --layers {','.join(map(str, c['layers']))}" if c.get("layers") else "")
-
-
-def bild_exit_inputs(wildcards):
-    """An exit training's model and, when it is the profile's model, the shared teacher and
-    held-out corpus caches (otherwise the trainer builds its own; BILD, BILDR: rules/bild.smk)."""
-    shared = ({"teacher": BILDR.exit_teacher(wildcards)["teacher"], **teacher_inputs(C["teacher"])}
-              if BILDR.exit_shares_teacher() else {})
-    return {"model": model_files(BILD.early_exit.model), **shared}
-
-
-def bild_exit_teacher_flags(wildcards):
-    """The exit training's teacher flags: the shared cache's when it trains the profile's model,
-    else ShareGPT text with its own held-out corpus cache (BILDR: rules/bild.smk)."""
-    if BILDR.exit_shares_teacher():
-        return teacher_flags(C["corpus"], C["teacher"])
-    return teacher_flags(C["corpus"], {**C["teacher"], "source": "sharegpt"}, BILDR.exit_teacher(wildcards)["corpus"])
-
-
-def bild_sweep_inputs(wildcards):
-    """A BiLD sweep's large model and, in the embedded profile, the trained small model of the
-    variant (BILD, BILDR: rules/bild.smk)."""
-    small = [] if BILD.small_layers is None else [f".cache/components/{P.name}/bild_small_{wildcards.variant}/model/config.json"]
-    return [*model_files(BILDR.large(wildcards)), *small]
-
-
-def eagle_flags(c):
-    """``common.components.eagle_head`` flags of the profile's recipe (components.eagle)."""
-    flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
-             f"--head-max-len {c['max_len']}", f"--noise {c['noise']}"]
-    return " ".join(flags)
 
 
 def parent_of_head(wildcards, output):

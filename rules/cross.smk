@@ -12,11 +12,8 @@ rule bench_cross:
     params:
         env=ENV, py=PY, p=P, c=P.cross, decoders=group_decoders, dcfg=group_decoder_config,
     shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
-        " --dataset {params.c.dataset} --n {params.c.n} --max-new-tokens {params.c.max_new_tokens}"
-        " --max-prompt-tokens {params.c.max_prompt_tokens} --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+        bench_command("--dataset {params.c.dataset} --n {params.c.n}",
+                      "--max-new-tokens {params.c.max_new_tokens} --max-prompt-tokens {params.c.max_prompt_tokens}")
 
 
 # The verification forward's cost T(q) on this machine (common.harness.cost_curve): the hardware curve a
@@ -71,9 +68,4 @@ rule study_bench:
     params:
         env=ENV, py=PY, p=P, b=P.raw.get("study", {}).get("bench", {}), n=section_bench_prompts("study", "studyset"),
         decoders=section_bench_decoders("study", "studyset"), dcfg=section_bench_config("study", "studyset"),
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
-        " --dataset {wildcards.studyset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
-        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --aa --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+    shell: section_bench_command("studyset", aa=True)

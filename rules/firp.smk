@@ -2,7 +2,10 @@
 # held-out accuracy per step (the tree search's input) stored in the checkpoint. Raw statistics
 # and learning curves under <root>/firp/raw/. One training per variant of config firp.variants:
 # main (what decoding uses) and the layer sweeps of Figures 5-7 (firp.ablation names which).
+from firp.workflow import RuleParams as FirpParams
+
 FIRP = P.raw["firp"]
+FIRPR = FirpParams(FIRP)  # rule arguments (firp/workflow.py)
 FIRP_RAW = f"{ROOT}/firp/raw"
 
 
@@ -23,8 +26,8 @@ rule firp_train:
     threads: rule_threads("firp_train")
     resources: **rule_resources("firp_train")
     params:
-        env=ENV, py=PY, m=P.model, tr=firp_train_config, data=seq_data_flags, t=P.threads, dev=P.device,
-        out=parent_of_ckpt, stop=firp_stopping_flags, layers=firp_layer_flag,
+        env=ENV, py=PY, m=P.model, tr=FIRPR.train_config, data=seq_data_flags, t=P.threads, dev=P.device,
+        out=parent_of_ckpt, stop=FIRPR.stopping_flags, layers=FIRPR.layer_flags,
     shell:
         "{params.env} {params.py} -m firp.train --model {params.m} --out {params.out}"
         " {params.data} --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
@@ -64,7 +67,7 @@ rule firp_early_exit:
     threads: rule_threads("firp_early_exit")
     resources: **rule_resources("firp_early_exit")
     params:
-        env=ENV, py=PY, m=P.model, h=EXIT_HEADS, t=P.threads, dev=P.device, out=parent_of_heads, steps=firp_exit_flags(),
+        env=ENV, py=PY, m=P.model, h=EXIT_HEADS, t=P.threads, dev=P.device, out=parent_of_heads, steps=FIRPR.exit_flags(),
         share="--share-lm-head" if EXIT_HEADS.get("share_lm_head") else "",
         teacher=teacher_flags(C["corpus"], C["teacher"]), stop=stopping_flags(EXIT_HEADS),
     shell:
@@ -115,7 +118,7 @@ rule firp_topk:
     resources: **rule_resources("firp_topk")
     params:
         env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, maps=parent_of_maps,
-        early=firp_input_folder("early"), medusa=firp_medusa_flags, held=heldout_flags,
+        early=FIRPR.early_folder, medusa=FIRPR.medusa_flags, held=heldout_flags,
     shell:
         "{params.env} {params.py} -m firp.accuracy --model {params.m} --maps {params.maps} --early-exit {params.early}"
         " {params.medusa} {params.held} --device {params.dev} --threads {params.t} --out {output} > {log} 2>&1"
@@ -135,9 +138,4 @@ rule firp_bench:
     params:
         env=ENV, py=PY, p=P, b=FIRP["bench"], n=section_bench_prompts("firp", "firpset"),
         decoders=section_bench_decoders("firp", "firpset"), dcfg=section_bench_config("firp", "firpset"),
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
-        " --dataset {wildcards.firpset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
-        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+    shell: section_bench_command("firpset")

@@ -109,8 +109,6 @@ rule ppdp_bench:
         env=ENV, py=PY, t3=PPDP.table3, p=P, decoders=PPDR.bench_decoders, dcfg=PPDR.bench_config,
         mpt=PPDP.max_prompt_tokens,
     shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.t3.model} --decoders {params.decoders}"
-        " --prompts {input.prompts} --n {params.t3.n} --max-new-tokens {params.t3.max_new_tokens}"
-        " --max-prompt-tokens {params.mpt} --truncate last --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+        bench_command("--prompts {input.prompts} --n {params.t3.n}",
+                      "--max-new-tokens {params.t3.max_new_tokens} --max-prompt-tokens {params.mpt}",
+                      model="{params.t3.model}", truncate="last")

@@ -4,8 +4,12 @@
 # statistics and learning curves under <root>/prompt_decoding/raw/. A variant with a ``base`` trains
 # on that model instead (``draft``: the distilled draft, whose prompt tokens pd_speculative runs), on
 # its own greedy answers (pd_base_corpora). pd.spec's benchmark: pd_spec_bench.
+from prompt_decoding.workflow import RuleParams as PDParams
+
 PD = P.raw["prompt_decoding"]
 PD_RAW = f"{ROOT}/prompt_decoding/raw"
+PDR = PDParams(PD, P.model, COMP, model_files, seq_inputs(), P.name)  # rule arguments (prompt_decoding/workflow.py)
+PD_SPEC = or_exit(PDR.spec_options)  # pd.spec's decoders; a profile without their draft is one error line
 
 
 wildcard_constraints:
@@ -18,7 +22,7 @@ wildcard_constraints:
 # model's answers to the same ShareGPT prompts as the profile's corpora (rules selfdistill_corpus,
 # seq_corpus: held out, then the training prompts after them).
 rule pd_base_corpora:
-    input: pd_base_corpora_inputs
+    input: PDR.base_corpora_inputs
     output:
         corpus=f"{COMP}/prompt_tokens/{{pdv}}/corpus.pt",
         seqcorpus=f"{COMP}/prompt_tokens/{{pdv}}/seqcorpus.pt",
@@ -27,7 +31,7 @@ rule pd_base_corpora:
     benchmark: f"{BENCH}/pd_base_corpora_{{pdv}}.tsv"
     threads: rule_threads("pd_base_corpora")
     resources: **rule_resources("pd_base_corpora")
-    params: env=ENV, py=PY, m=pd_train_model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
+    params: env=ENV, py=PY, m=PDR.train_model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
     shell:
         "({params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output.corpus}"
         " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}"
@@ -37,7 +41,7 @@ rule pd_base_corpora:
 
 
 rule pd_train:
-    input: unpack(pd_train_inputs)
+    input: unpack(PDR.train_inputs)
     output:
         ckpt=f"{COMP}/prompt_tokens/{{pdv}}/prompts.pt",
         stats=f"{PD_RAW}/train_{{pdv}}_stats.json",
@@ -48,8 +52,8 @@ rule pd_train:
     threads: rule_threads("pd_train")
     resources: **rule_resources("pd_train")
     params:
-        env=ENV, py=PY, m=pd_train_model, tr=pd_train_config, data=seq_data_flags, t=P.threads, dev=P.device,
-        out=parent_of_ckpt, stop=pd_stopping_flags, extra=pd_variant_flags,
+        env=ENV, py=PY, m=PDR.train_model, tr=PDR.train_config, data=seq_data_flags, t=P.threads, dev=P.device,
+        out=parent_of_ckpt, stop=PDR.stopping_flags, extra=PDR.variant_flags,
     shell:
         "{params.env} {params.py} -m prompt_decoding.train --model {params.m} --out {params.out}"
         " {params.data} --m {params.tr[m]} --n {params.tr[n]} --mask {params.tr[mask]} --cuts {params.tr[cuts]}"
@@ -71,19 +75,14 @@ rule pd_bench:
     params:
         env=ENV, py=PY, p=P, b=PD["bench"], n=section_bench_prompts("prompt_decoding", "pdset"),
         decoders=section_bench_decoders("prompt_decoding", "pdset"), dcfg=section_bench_config("prompt_decoding", "pdset"),
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
-        " --dataset {wildcards.pdset} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
-        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+    shell: section_bench_command("pdset")
 
 
 # pd.spec (section 5.3): vanilla, speculative and pd_speculative (prompt decoding inside the draft),
 # each drafter at every gamma of config prompt_decoding.spec, all on variant draft's base, interleaved
 # per prompt; resumable.
 rule pd_spec_bench:
-    input: pd_spec_inputs()
+    input: PDR.spec_inputs()
     output: f"{PD_RAW}/spec_{{pdspec}}.jsonl"
     conda: "../env.yml"
     log: f"{LOGS}/pd_spec_bench_{{pdspec}}.log"
@@ -91,10 +90,5 @@ rule pd_spec_bench:
     threads: rule_threads("pd_spec_bench")
     resources: **rule_resources("pd_spec_bench")
     params:
-        env=ENV, py=PY, p=P, b=PD["spec"], n=pd_spec_prompts, decoders=pd_spec_decoders(), dcfg=pd_spec_config(),
-    shell:
-        "{params.env} {params.py} -m common.harness.bench --model {params.p.model} --decoders {params.decoders}"
-        " --dataset {wildcards.pdspec} --n {params.n} --max-new-tokens {params.b[max_new_tokens]}"
-        " --max-prompt-tokens {params.b[max_prompt_tokens]} --dtype {params.p.dtype} --device {params.p.device}"
-        " --threads {params.p.threads} --profile {params.p.name} --decoder-config '{params.dcfg}'"
-        " --resume --out {output} > {log} 2>&1"
+        env=ENV, py=PY, p=P, b=PD["spec"], n=PDR.spec_prompts, decoders=PDR.spec_decoders(), dcfg=PDR.spec_config(),
+    shell: section_bench_command("pdspec")

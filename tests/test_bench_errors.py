@@ -43,7 +43,7 @@ def no_model_load(monkeypatch):
 
 
 @pytest.mark.parametrize("decoders,extra,msg", [
-    (",", [], "names no decoder; valid: a comma-separated list of bild, calm, eagle, firp, hf_assisted, hf_generate"),
+    (",", [], "names no decoder; valid: a comma-separated list of bild, calm, eagle, eagle3, firp, hf_assisted"),
     ("vanilla,nope", [], "unknown decoder 'nope'; valid:"),
     ("vanilla,vanilla", [], "names vanilla more than once"),
     ("ppd_pipelined@k3", ["--decoder-config", '{"ppd_pipelined": {"k": 3}}'],

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import artifact_inputs, load_artifacts, load_profile
+from common.config import load_profile
+from common.workflow.artifacts import artifact_inputs, load_artifacts
 from common.records import write_json, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import artifact_inputs, load_artifacts, load_profile
+from common.config import load_profile
+from common.workflow.artifacts import artifact_inputs, load_artifacts
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = ("bild.fig2", "bild.fig8", "bild.fig10", "bild.table1")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import load_artifacts, load_config
+from common.config import load_config, load_profile
+from common.workflow.artifacts import load_artifacts
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -124,6 +125,32 @@ def test_render_without_raw_records_is_one_error_line():
     r = run([*SNAKEMAKE, "-n", "--nolock", "all", "--config", "profile=paper"])
     assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout + r.stderr
     assert "raw records missing" in error_lines(r)[0] and "rerun=true" in error_lines(r)[0]
+
+
+def test_one_artifact_renders_while_another_artifacts_records_are_missing(tmp_path):
+    """Without rerun only the targets' raw records must be on disk: cross.table plans from its own
+    (copied into a fresh results root), while a target whose records are missing there ends in
+    one short error line naming the first few and their count."""
+    from common.workflow.artifacts import artifact_inputs
+
+    profile = load_profile()
+    root = tmp_path / "results"
+    for f in artifact_inputs(profile, "cross.table"):
+        dst = root / Path(f).relative_to(profile.results_root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, dst)
+    extra = tmp_path / "root.yaml"
+    extra.write_text(f"profiles:\n  {profile.name}:\n    results_root: {root}\n")
+    r = run([*SNAKEMAKE, "-n", "--nolock", "cross_table", "--configfile", str(extra)])
+    assert r.returncode == 0 and not error_lines(r), r.stdout + r.stderr
+    assert "rule cross_table:" in r.stdout + r.stderr
+    others = artifact_inputs(profile, "ppdp.table3")
+    assert not set(others) & set(artifact_inputs(profile, "cross.table"))
+    r = run([*SNAKEMAKE, "-n", "--nolock", "ppdp_table3", "--configfile", str(extra)])
+    assert r.returncode == 2 and len(error_lines(r)) == 1, r.stdout + r.stderr
+    line = error_lines(r)[0]
+    assert "raw records missing" in line and "ppdp.table3" in line and f"of {len(others)})" in line, line
+    assert len(line.replace(f"{root}/", "")) < 300, line  # the first few names, not all (the tmp root aside)
 
 
 def test_dag_unknown_profile():

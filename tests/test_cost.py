@@ -183,7 +183,8 @@ def test_keep_tool_and_the_artifacts_reading_kept_curves(tmp_path):
     leaves the old host's records their curve); keeping without a curve is one error line."""
     import dataclasses
 
-    from common.config import artifact_inputs, load_profile
+    from common.config import load_profile
+    from common.workflow.artifacts import artifact_inputs
 
     root = tmp_path / "results"
     tool = [sys.executable, str(Path(__file__).resolve().parent.parent / "tools" / "cost_curves.py")]

@@ -3,7 +3,7 @@ and the README cites only what a clone contains."""
 import re
 from pathlib import Path
 
-from common.config import load_artifacts
+from common.workflow.artifacts import load_artifacts
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| ([a-z]+\.[\w.\-]+) \| .* \| (built|pending|not built) \|$", re.M)

@@ -219,24 +219,33 @@ def test_a_reduced_readout_ranks_as_the_full_log_softmax():
     head = ReducedHead(full, torch.tensor([3, 7, 11, 20, 31, 42, 49]))
     feats = torch.randn(4, 16)
     with torch.no_grad():
-        v, i = EagleProposer._top(SimpleNamespace(readout=head, device=feats.device, draft_s=0.0), feats, 3)
+        v, i = EagleProposer._top(SimpleNamespace(readout=head, device=feats.device), feats, 3)
         ref_v, ref_i = torch.log_softmax(head(feats).float(), dim=-1).topk(3, dim=-1)
     assert torch.equal(i, ref_i) and torch.allclose(v, ref_v, atol=1e-6)
     assert set(i.flatten().tolist()) <= {3, 7, 11, 20, 31, 42, 49}
 
 
-def test_the_readout_counts_as_proposing_time():
-    """The draft's readout through the LM head is proposing work: _top adds its time to the
-    proposer's draft_s (reported as draft_forward_s, the records' propose column)."""
+def test_the_readout_counts_as_proposing_time(model, head_dir):
+    """The draft's readout through the LM head is proposing work: it runs inside propose, which
+    the tree loop times, so its time lands in propose_s and in draft_forward_s (the records'
+    propose column), not in the target's or the loop's other time."""
     import time
-    from types import SimpleNamespace
 
-    class Slow(torch.nn.Linear):
+    dec = Eagle(model, head=str(head_dir), mode="dynamic", depth=2, topk=2, total=4)
+    fast = dec.generate(torch.tensor([[1, 2, 3, 4]]), 4).stats
+
+    class Slow(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
         def forward(self, x):
-            time.sleep(0.05)
-            return super().forward(x)
+            time.sleep(0.02)
+            return self.inner(x)
 
-    prop = SimpleNamespace(readout=Slow(8, 20, bias=False), device=torch.device("cpu"), draft_s=0.0)
-    with torch.no_grad():
-        EagleProposer._top(prop, torch.randn(2, 8), 4)
-    assert prop.draft_s >= 0.05
+    dec.make_proposer = lambda ids, make=dec.make_proposer: setattr(p := make(ids), "readout", Slow(p.readout)) or p
+    st = dec.generate(torch.tensor([[1, 2, 3, 4]]), 4).stats
+    slept = 0.02 * (st["steps"] - 1)  # at least the root's readout each step after the prefill
+    assert st["draft_forward_s"] == pytest.approx(sum(st["propose_s"][1:]))
+    assert st["draft_forward_s"] >= slept > fast["draft_forward_s"]
+    assert sum(st["other_s"]) < slept and st["target_forward_s"] < slept

@@ -281,7 +281,8 @@ def test_notebook_renders_every_figure_from_made_up_records(tmp_path, aid, monke
     made-up records of the embedded profile's declared inputs: a table, a figure, the claims."""
     import dataclasses
 
-    from common.config import artifact_inputs, load_artifacts, load_profile
+    from common.config import load_profile
+    from common.workflow.artifacts import artifact_inputs, load_artifacts
 
     sys.path.insert(0, str(ROOT / "tools"))
     import make_notebook

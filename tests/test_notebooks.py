@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_notebook  # noqa: E402
 
-from common.config import artifact_inputs, cross_joined, load_artifacts, load_profile, read_config  # noqa: E402
+from common.config import load_profile, read_config  # noqa: E402
+from common.workflow.artifacts import artifact_inputs, cross_joined, load_artifacts  # noqa: E402
 
 
 def test_notebooks_are_rebuilt_from_sources():

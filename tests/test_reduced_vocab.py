@@ -167,7 +167,8 @@ def test_cli_writes_a_reduced_checkpoint(tiny, tmp_path):
 def test_profiles_and_rule_params():
     from bild.config import from_profile
     from bild.workflow import RuleParams, label
-    from common.config import artifact_inputs, load_profile
+    from common.config import load_profile
+    from common.workflow.artifacts import artifact_inputs
 
     p = load_profile(None, "embedded")
     cfg = from_profile(p)

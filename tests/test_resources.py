@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import RuleResources, load_profile, read_config, resource_class_of, rule_resources
+from common.config import load_profile, read_config, resource_class_of
+from common.workflow.resources import RuleResources, rule_resources
 from common.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent

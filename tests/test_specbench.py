@@ -117,7 +117,8 @@ def test_ranks_beside_the_leaderboard_by_hand():
 def test_the_leaderboard_file_names_study_labels_and_one_value_per_task():
     """Every board gives each method one speedup per task column, and every method maps to a
     label the embedded study runs (so a renamed label cannot silently drop out of the ranking)."""
-    from common.config import load_profile, study_section
+    from common.config import load_profile
+    from common.workflow.artifacts import study_section
     from common.harness.specbench import leaderboard
 
     lb = leaderboard()

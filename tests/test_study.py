@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from common.config import (AA_LABEL, artifact_inputs, artifact_outputs, load_profile, study_labels,
-                           study_stats)
+from common.config import AA_LABEL, load_profile
+from common.workflow.artifacts import artifact_inputs, artifact_outputs, study_labels, study_stats
 from common.errors import UserError
 
 

@@ -3,7 +3,7 @@ model or a setting changes."""
 import pytest
 import torch
 
-import common.training.selfdistill
+import common.training.corpus
 import common.training.teacher as T
 from common.errors import UserError
 from common.assets.models import tiny_llama
@@ -49,7 +49,7 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(T, "teacher_pass", counting)
     monkeypatch.setattr(T, "sharegpt_text", lambda tok, n, skip, max_len, max_prompt_tokens: seqs(n, 1, hi=max_len - 1))
-    monkeypatch.setattr(common.training.selfdistill, "load_or_build", lambda path, model, tok, **kw: seqs(kw["n_prompts"], 2))
+    monkeypatch.setattr(common.training.corpus, "load_or_build_set", lambda path, model, tok, **kw: seqs(kw["n_prompts"], 2))
     return calls
 
 

@@ -347,11 +347,11 @@ def test_firp_layers_beyond_the_model_fail_before_the_corpus_is_built(monkeypatc
 
 
 def test_corpus_cache_key_drops_default_settings():
-    from common.training.selfdistill import cache_key
+    from common.training.corpus import answer_set_key as cache_key
     base = {"n_prompts": 32, "max_new_tokens": 128}
     assert cache_key(**base) == base
     assert cache_key(**base, skip=0, max_prompt_tokens=None, dataset="sharegpt", batch_size=8) == base
-    assert cache_key(**base, max_prompt_tokens=256) == base  # build_corpus's default
+    assert cache_key(**base, max_prompt_tokens=256) == base  # answer_set's default
     assert cache_key(**base, skip=32, max_prompt_tokens=96) == {**base, "skip": 32, "max_prompt_tokens": 96}
 
 

@@ -30,7 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common.config import AA_LABEL, bench_decoders, labels_config, load_profile, study_section  # noqa: E402
+from common.config import AA_LABEL, bench_decoders, labels_config, load_profile  # noqa: E402
+from common.workflow.artifacts import study_section  # noqa: E402
 from common.assets.data import load_dataset_samples  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.records import ResumeLog, read_jsonl  # noqa: E402

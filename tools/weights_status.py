@@ -38,8 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common.config import load_profile  # noqa: E402
-from common.components.rest_datastore import META as DATASTORE_META  # noqa: E402
+from common.components.rest_datastore import META as DATASTORE_META, REBUILD  # noqa: E402
 from common.errors import cli_main  # noqa: E402
+from common.paths import load_json  # noqa: E402
 from common.records import NOT_DECODED, content_digest, read_jsonl  # noqa: E402
 from common.harness.report import decoded_components, weights_status  # noqa: E402
 from common.weights_delta import kept_digest  # noqa: E402
@@ -133,7 +134,7 @@ def datastore_meta_digests(folder: Path, root: Path = ROOT) -> dict[str, str]:
     meta_path = folder / DATASTORE_META
     if not meta_path.is_file():
         return {}
-    meta = json.loads(meta_path.read_text())
+    meta = load_json(meta_path, "REST datastore meta", REBUILD)
     out = {}
     for old in committed_versions("results/*/raw/*datastore*_stats.json", root):
         try:

@@ -31,7 +31,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..training import teacher as teacher_cache
-from ..checkpoints import fingerprint
+from ..checkpoints import fingerprint, read_trained
 from ..errors import UserError, check_layers, check_range, cli_main
 from ..engine.fast import PackedLinear, pack_linears
 from ..engine.forward import final_norm, layer_states, num_layers
@@ -375,7 +375,7 @@ def train_heads(model, teacher: dict, out_dir: Path, n_heads: int = 4, cfg: Trai
                 out_dir / "train_log.jsonl", meta={**meta, "labels": labels, "train_vocab": train_vocab},
                 desc="medusa heads", stop=stop, curve_path=curve_file,
                 evaluate=lambda m: {k: v for k, v in evaluate(m, held_data).items() if k != "heldout_topk"})
-    state = torch.load(out_dir / "heads.pt", weights_only=False, map_location="cpu")  # only its curve is read
+    state = read_trained(out_dir / "heads.pt")  # mapped: only its curve and counters are read
     final = evaluate(heads, held_data)
     acc = final["heldout_topk"]
     curve = state["curve"]

@@ -80,6 +80,16 @@ def reduce_vocab(model, keep: torch.Tensor):
     return model
 
 
+def _id_list(path: Path, key: str, what: str, fix: str) -> list[int]:
+    """``{key: [token ids]}`` from a JSON file; damage or another shape is one UserError."""
+    from ..paths import load_json
+
+    ids = load_json(path, what, fix).get(key)
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise UserError(f"{path} is not a {what}: no list of token ids under {key!r}; {fix}")
+    return ids
+
+
 def write_sidecar(folder, keep: torch.Tensor, labels: str, source: str) -> None:
     """Write ``folder``'s ``reduced_vocab.json``: the kept ids (``[K]``), the labels they were
     counted on and where the checkpoint came from."""
@@ -93,10 +103,7 @@ def apply_sidecar(model, folder) -> bool:
     path = Path(folder) / SIDECAR
     if not path.is_file():
         return False
-    try:
-        keep = json.loads(path.read_text())["keep"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: not a reduced-vocabulary file ({e}); expected {{\"keep\": [token ids]}}") from e
+    keep = _id_list(path, "keep", "reduced-vocabulary file", "rebuild the folder: python -m common.components.reduced_vocab")
     reduce_vocab(model, torch.tensor(keep, dtype=torch.long))
     return True
 
@@ -136,7 +143,8 @@ def reduced_readout(model, folder: Path, k: int) -> ReducedHead:
     if not path.is_file():
         raise UserError(f"vocab={k} needs {path} (written when the head is trained, or by python -m "
                         "common.components.reduced_head for a head trained before); valid: vocab=null for the full vocabulary")
-    order = json.loads(path.read_text())["order"]
+    order = _id_list(path, "order", "draft vocabulary", "retrain the head, or rewrite the file: "
+                     "python -m common.components.reduced_head --help")
     if k > len(order):
         raise UserError(f"vocab={k} exceeds the {len(order)} tokens of {path}; valid: 1..{len(order)}")
     keep = torch.tensor(sorted(order[:k]), dtype=torch.long, device=model.device)

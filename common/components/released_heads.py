@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError, cli_main
+from ..paths import load_or_error
 from ..assets.models import local_copy
 from ..records import write_json
 
@@ -83,6 +84,8 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: invalid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from e
 
 
 def read_tensors(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], Path]:
@@ -92,10 +95,12 @@ def read_tensors(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, torch.
         path = folder / name
         if not path.is_file():
             continue
+        fix = "delete it and download the authors' folder again"
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
-            return load_file(str(path)), path
-        state = torch.load(path, map_location="cpu", weights_only=True)
+            return load_or_error(path, lambda p: load_file(str(p)), "released checkpoint", fix), path
+        state = load_or_error(path, lambda p: torch.load(p, map_location="cpu", weights_only=True),
+                              "released checkpoint", fix)
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise UserError(f"{path} is not a state dict of tensors")
         return state, path

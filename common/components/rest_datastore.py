@@ -34,7 +34,6 @@ Command line (progress bar; size and build time printed and stored in the stats 
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +42,23 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import UserError, cli_main
-from ..paths import atomic_write
+from ..paths import atomic_write, load_json, load_or_error
 
 TOKENS, SUFFIXES, META = "tokens.npy", "suffixes.npy", "datastore.json"
+
+
+REBUILD = "rebuild it: python -m common.components.rest_datastore --model NAME --out DIR"
+
+
+def _load_array(path: Path) -> np.ndarray:
+    """One of the folder's ``[T]`` integer arrays, memory-mapped; a truncated or foreign file
+    (numpy's ValueError: mmap length, header, pickled data) is one UserError."""
+    def load(p: Path) -> np.ndarray:
+        a = np.load(p, mmap_mode="r")
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            raise ValueError(f"a {a.ndim}-d {a.dtype} array, not [T] integers")
+        return a
+    return load_or_error(path, load, "REST datastore file", REBUILD)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
@@ -126,8 +139,11 @@ class Datastore:
 
     def __init__(self, folder: Path, meta: dict):
         self.folder, self.meta = Path(folder), meta
-        self.tokens = np.load(self.folder / TOKENS, mmap_mode="r")
-        self.suffixes = np.load(self.folder / SUFFIXES, mmap_mode="r")
+        self.tokens = _load_array(self.folder / TOKENS)
+        self.suffixes = _load_array(self.folder / SUFFIXES)
+        if self.tokens.shape != self.suffixes.shape:  # both [T]: one was cut or comes from another build
+            raise UserError(f"REST datastore {self.folder}: {TOKENS} holds {self.tokens.size} positions, {SUFFIXES} "
+                            f"{self.suffixes.size}; {REBUILD}")
         self.sep = int(meta["vocab_size"])
 
     def occurrences(self, query: list[int]) -> tuple[int, int]:
@@ -223,7 +239,9 @@ def open_datastore(folder, tokenizer_id: str | None = None, vocab_size: int | No
     if not all((folder / f).is_file() for f in (META, TOKENS, SUFFIXES)):
         raise UserError(f"no finished REST datastore at {folder} (needs {META}, {TOKENS}, {SUFFIXES}); build one: "
                         "python -m common.components.rest_datastore --model NAME --out DIR")
-    meta = json.loads((folder / META).read_text())
+    meta = load_json(folder / META, "REST datastore meta", REBUILD)
+    if not isinstance(meta.get("vocab_size"), int) or isinstance(meta.get("vocab_size"), bool):
+        raise UserError(f"REST datastore meta {folder / META} has no integer vocab_size; {REBUILD}")
     if tokenizer_id is not None and meta.get("tokenizer_id") != tokenizer_id:
         raise UserError(f"datastore {folder} was built with tokenizer {meta.get('tokenizer')!r} (id "
                         f"{str(meta.get('tokenizer_id'))[:12]}), not this model's tokenizer (id {tokenizer_id[:12]}); "

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..checkpoints import read_trained
+from ..checkpoints import check_meta, read_trained
 from ..errors import UserError
 from ..hardware import device_clock
 from ..engine.target import make_target, model_kind
@@ -165,10 +165,8 @@ class Decoder:
             raise UserError(f"decoder {self.name!r} needs {option}=<folder with {filename}> (train: {train_cmd})")
         folder = Path(folder)
         state = read_trained(folder / filename, hint=f"train it first ({train_cmd})")
-        meta = state["identity"]["meta"]
-        want = meta_for(meta)
-        if meta != want:
-            raise UserError(f"{option} at {folder} were trained for {meta}, not for this model ({want})")
+        check_meta(state, meta_for(state["identity"]["meta"]), f"{option} at {folder}",
+                   f"train one for this model ({train_cmd})")
         return folder, state
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:

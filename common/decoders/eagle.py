@@ -35,13 +35,12 @@ from ..engine.cache import crop_to
 from ..checkpoints import load_trained, save_trained
 from ..components.eagle_head import CHECKPOINT, EagleHead, head_meta, new_head
 from ..errors import UserError
-from ..hardware import device_clock
 from ..engine.fast import pack_like
 from ..engine.forward import attention_mask_4d, causal_allow, embed
 from ..components.reduced_head import ReducedHead, reduced_readout, write_draft_vocab
 from ..engine.tree import build_tree, load_tree, save_tree
 from .base import Option
-from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, tree_option
+from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, chain_tree, tree_option
 
 
 
@@ -57,19 +56,17 @@ class EagleProposer(Proposer):
         self.tree, self.depth, self.topk, self.total = tree, depth, topk, total
         self.cache = head.new_cache()
         self.length = 0  # committed pairs (h_j, x_{j+1}) in the head's cache
-        self.draft_forwards, self.draft_s = 0, 0.0
+        self.draft_forwards = 0
         self.device = model.device
 
     # one draft forward over q nodes; ``past_allow``: [q, past] which cached slots each sees
     def _draft(self, feats, tokens, positions, past_allow=None, allow=None):
-        t0 = device_clock(self.device)
         q = tokens.numel()
         past = self.cache.get_seq_length()
         mask = attention_mask_4d(causal_allow(q, self.device) if allow is None else allow, past,
                                  feats.dtype, past_allow)
         out = self.head(feats[None], embed(self.model, tokens[None]), positions[None], self.cache, mask)[0]
         self.draft_forwards += 1
-        self.draft_s += device_clock(self.device) - t0
         return out  # [q, H]
 
     def _top(self, feats: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,17 +74,17 @@ class EagleProposer(Proposer):
         each [q, k]. A reduced readout normalizes over its kept tokens only: every other logit is
         the dtype's minimum, whose exponential is exactly 0, so the values and ids are those of the
         full-vocabulary log-softmax, for about a sixth of its work at 8,192 of 49,152 tokens.
-        Its time counts as proposing (``draft_s``): reading draft tokens through the target's LM
-        head is the draft's work, not the target's."""
-        t0 = device_clock(self.device)
+        Its time counts as proposing (it runs inside ``propose``, which the loop times): reading
+        draft tokens through the target's LM head is the draft's work, not the target's."""
         if isinstance(self.readout, ReducedHead) and k <= self.readout.keep.numel():
             v, i = self.readout.topk(feats, k, log_softmax=True)  # [q, k]
         else:
             v, i = torch.log_softmax(self.readout(feats).float(), dim=-1).topk(k, dim=-1)  # over [q, V]
-        self.draft_s += device_clock(self.device) - t0
         return v, i
 
     def propose(self, state: ProposerState) -> Proposal:
+        if state.remaining <= 1:  # the step's own token is the last one allowed: nothing to draft
+            return Proposal(chain_tree(0, str(self.device)), torch.zeros(0, dtype=torch.long, device=self.device))
         hid = state.hidden[0]  # [k, H]: features of the last k committed positions
         k = hid.shape[0]
         follow = state.ids[0, -k:]  # the tokens after them (the last one is the root)
@@ -96,7 +93,7 @@ class EagleProposer(Proposer):
         out = self._draft(hid, follow, pos)
         self.length += k
         root_feat = out[-1:]  # [1, H]: the root position's predicted feature
-        max_depth = max(1, state.remaining - 1)
+        max_depth = state.remaining - 1
         if self.mode == "static":
             return self._static(root_feat, max_depth)
         return self._dynamic(root_feat, max_depth)
@@ -178,7 +175,11 @@ class EagleProposer(Proposer):
         return Proposal(buffers, tokens)
 
     def stats(self) -> dict:
-        return {"draft_forwards": self.draft_forwards, "draft_forward_s": self.draft_s}
+        return {"draft_forwards": self.draft_forwards}
+
+    def propose_fields(self, propose_s: list[float]) -> dict:
+        # the whole propose: the head's forwards, its readout and building the tree
+        return {"draft_forward_s": sum(propose_s)}
 
 
 class Eagle(TreeDecoder):

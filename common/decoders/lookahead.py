@@ -37,7 +37,6 @@ layers (reported as ``injected`` and ``proposed`` per step for the limit column)
 from __future__ import annotations
 
 import random
-import time
 from functools import lru_cache
 
 import torch
@@ -113,7 +112,6 @@ class LookaheadProposer(Proposer):
             for i in range(len(prompt) - ngram + 1):
                 self._add(prompt[i], tuple(prompt[i + 1:i + ngram]))
         self.n_hits = self.n_guessed = 0
-        self.build_s = 0.0
 
     def _add(self, key: int, gram: tuple) -> None:
         """Insert an n-gram tail under its first token; an existing one moves to the newest end."""
@@ -125,7 +123,6 @@ class LookaheadProposer(Proposer):
         grams.append(gram)
 
     def propose(self, state: ProposerState) -> Proposal:
-        t0 = time.perf_counter()
         root = state.tokens[-1]
         self.root = root
         depth = max(0, min(self.N - 1, state.remaining - 1))
@@ -144,7 +141,6 @@ class LookaheadProposer(Proposer):
         past = state.prompt.shape[1] + len(state.tokens) - 1   # the root's position
         inj = Injection(0, embed(self.model, cells[None])[0], past + offsets[1:], inj_allow)
         self.n_guessed += len(grams)
-        self.build_s += time.perf_counter() - t0
         return Proposal(tree, torch.tensor(toks, dtype=torch.long, device=self.dev), injections=[inj])
 
     def update(self, result: StepResult) -> None:
@@ -167,8 +163,10 @@ class LookaheadProposer(Proposer):
             self.rows = [row0[2:]] + [row[1:] for row in self.rows[1:]] + [out[1:]]
 
     def stats(self) -> dict:
-        return {"lookahead_steps_hit": self.n_hits, "lookahead_guesses": self.n_guessed,
-                "lookahead_build_s": self.build_s}
+        return {"lookahead_steps_hit": self.n_hits, "lookahead_guesses": self.n_guessed}
+
+    def propose_fields(self, propose_s: list[float]) -> dict:
+        return {"lookahead_build_s": sum(propose_s)}
 
 
 class Lookahead(TreeDecoder):

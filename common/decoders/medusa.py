@@ -11,10 +11,9 @@ import torch
 
 from ..checkpoints import load_trained, save_trained
 from ..errors import UserError
-from ..hardware import device_clock
 from ..components.medusa_heads import TREE_SIZES, MedusaHeads, heads_meta, new_heads
 from ..components.reduced_head import reduced_readout, write_draft_vocab
-from ..engine.tree import build_tree, chain_paths, resolve_tree, save_tree
+from ..engine.tree import TreeBuffers, build_tree, chain_paths, resolve_tree, save_tree
 from .base import Option
 from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, candidates_from_topk, tree_option
 
@@ -23,8 +22,8 @@ class MedusaProposer(Proposer):
     """Candidates: the heads' top-k at each depth below the root, arranged as the tree.
 
     ``readout``: a :class:`common.components.reduced_head.ReducedHead` (the ``vocab`` option) ranks only its
-    kept tokens; ``None`` ranks the whole vocabulary. The heads' time counts as proposing
-    (``draft_forward_s``): their blocks and their read through the LM head are the draft's work.
+    kept tokens; ``None`` ranks the whole vocabulary. The loop's propose time is reported as
+    ``draft_forward_s`` too: the heads' blocks and their read through the LM head are the draft's work.
     """
 
     needs_hidden = True
@@ -33,22 +32,34 @@ class MedusaProposer(Proposer):
         self.heads, self.tree, self.readout = heads, tree, readout
         self.width = int(tree.rank.max()) + 1
         self.device = device if device is not None else next(heads.parameters()).device
-        self.draft_forwards, self.draft_s = 0, 0.0
+        self.draft_forwards = 0
+        self._cuts: dict[int, TreeBuffers] = {}
 
     def propose(self, state: ProposerState) -> Proposal:
-        t0 = device_clock(self.device)
+        tree = self.tree if self.tree.max_depth < state.remaining else self._cut(state.remaining - 1)
+        depth = tree.max_depth
+        if depth == 0:  # the step's own token is the last one allowed
+            return Proposal(tree, torch.zeros(0, dtype=torch.long, device=self.device))
         h = state.hidden[0, -1]  # [H]: the root's final state
-        depth = self.tree.max_depth
         if self.readout is None:
             topk = self.heads(h)[:depth].topk(self.width, dim=-1).indices  # [depth, width] of [K, V]
         else:  # the kept tokens' scores alone ([depth, k]), mapped back to token ids
             topk = self.readout.topk(self.heads.features(h)[:depth], self.width)[1]
         self.draft_forwards += 1
-        self.draft_s += device_clock(self.device) - t0
-        return Proposal(self.tree, candidates_from_topk(self.tree, topk))
+        return Proposal(tree, candidates_from_topk(tree, topk))
+
+    def _cut(self, depth: int) -> TreeBuffers:
+        """The tree without its nodes deeper than ``depth`` (the last steps of a budget), built
+        once per depth."""
+        if depth not in self._cuts:
+            self._cuts[depth] = build_tree([p for p in self.tree.paths if len(p) <= depth]).to(self.device)
+        return self._cuts[depth]
 
     def stats(self) -> dict:
-        return {"draft_forwards": self.draft_forwards, "draft_forward_s": self.draft_s}
+        return {"draft_forwards": self.draft_forwards}
+
+    def propose_fields(self, propose_s: list[float]) -> dict:
+        return {"draft_forward_s": sum(propose_s)}
 
 
 class Medusa(TreeDecoder):

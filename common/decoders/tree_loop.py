@@ -22,6 +22,19 @@ distribution for chain proposals with draft probabilities; ``typical``: Medusa's
 
 Cache invariant: the target cache holds every committed token except the newest one, which
 is the next tree's root (node 0) and is processed by the next tree forward.
+
+Timing: the loop, not the proposers, reads the clock (:func:`common.hardware.device_clock`, which
+waits for a GPU's queued work). :func:`verify_step` times its phases (``StepResult.propose_s``:
+``generate_candidates``; ``verify_s``: the other three) and :class:`TreeDecoder` records them
+per step, aligned with ``accept_lengths`` (step 0 is the prefill: ``verify_s`` its forward,
+``propose_s`` 0): ``propose_s``, ``verify_s`` and ``other_s`` (the rest of the step: the
+proposer's ``update``, set-up before the prefill, bookkeeping), so the three sum to the loop's
+time. A proposer reports the same propose time under the record field it has always had
+(:meth:`Proposer.propose_fields`: Medusa's and EAGLE's ``draft_forward_s``, REST's
+``retrieval_s``, lookahead's ``lookahead_build_s``). The one sub-phase timed elsewhere is a draft
+model's own forwards (speculative decoding's ``draft_forward_s``, prompt decoding's draft): the
+draft's :class:`~common.engine.target.Target` times every forward it runs, as the target's do
+(``target_forward_s``).
 """
 from __future__ import annotations
 
@@ -34,6 +47,7 @@ import torch
 
 from ..engine import acceptance as acc
 from ..errors import UserError, unknown
+from ..hardware import device_clock
 from ..engine.forward import Injection, Verified, num_layers
 from ..engine.target import Target
 from ..engine.tree import TreeBuffers, build_tree, chain_paths
@@ -51,8 +65,10 @@ class ProposerState:
             at the ``k`` positions the last target forward committed: the prompt after the
             prefill, the accepted path (root first) after a step. ``hidden[:, -1]`` produced
             the root. ``None`` unless the proposer sets ``needs_hidden``.
-        remaining: new tokens still allowed, the root's successors included; a proposal
-            deeper than ``remaining - 1`` is wasted (the step adds one token of its own).
+        remaining: new tokens still allowed, the root's successors included. A proposer keeps
+            its tree's depth within ``remaining - 1`` (the step adds one token of its own):
+            deeper nodes can never be kept, yet the target verifies them and ``proposed``
+            counts them.
         temperature: the decoder's sampling temperature (0 = greedy).
         generator: the decoder's seeded RNG; proposers that sample must draw from it.
     """
@@ -97,11 +113,15 @@ class StepResult:
     Attributes:
         proposal: its proposal; ``path``: ``[a+1]`` accepted node indices, root first;
         verified: the forward's states (nodes, injected positions, captured layers).
+        propose_s: seconds in ``generate_candidates`` (the proposer's ``propose``);
+        verify_s: seconds in the target's forward, the rule and the cache update.
     """
     proposal: Proposal
     path: torch.Tensor
     verified: Verified
     next_token: int
+    propose_s: float = 0.0
+    verify_s: float = 0.0
 
     @property
     def accepted(self) -> int:
@@ -115,6 +135,8 @@ class Proposer:
     needs_hidden = False  # ask the verifier for target final states (Medusa heads, early-exit heads)
 
     def propose(self, state: ProposerState) -> Proposal:
+        """The tree below ``state.tokens[-1]``, at most ``state.remaining - 1`` deep. The loop
+        times this call (``propose_s``); a proposer reads no clock itself."""
         raise NotImplementedError
 
     def update(self, result: StepResult) -> None:
@@ -123,6 +145,38 @@ class Proposer:
     def stats(self) -> dict:
         """Run statistics of the proposer, added to the decoder's (e.g. draft forwards)."""
         return {}
+
+    def propose_fields(self, propose_s: list[float]) -> dict:
+        """The loop's propose times (seconds, one a step after the prefill) under the record
+        fields this method has always reported them in (e.g. ``draft_forward_s``); none by
+        default: ``propose_s`` itself is in every tree decoder's record."""
+        return {}
+
+
+class StepTimes:
+    """Per-step seconds of the loop's phases, each list aligned with ``accept_lengths``.
+
+    The clock starts on construction; :meth:`close` ends a step: its ``other`` is the step's
+    time not spent proposing or verifying, so a step's three parts sum to its wall time.
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self.propose: list[float] = []
+        self.verify: list[float] = []
+        self.other: list[float] = []
+        self._start = device_clock(device)
+
+    def close(self, propose_s: float, verify_s: float) -> None:
+        now = device_clock(self.device)
+        self.propose.append(propose_s)
+        self.verify.append(verify_s)
+        # the two phases lie inside [start, now]; max() only absorbs float rounding
+        self.other.append(max(0.0, now - self._start - propose_s - verify_s))
+        self._start = now
+
+    def stats(self) -> dict:
+        return {"propose_s": self.propose, "verify_s": self.verify, "other_s": self.other}
 
 
 @lru_cache(maxsize=256)
@@ -173,6 +227,7 @@ class TreeDecoder(Decoder):
                 "acceptance": Option(None, (str,)), "lazy_head": True}
 
     def __init__(self, model, tokenizer=None, **cfg):
+        check_loop_options(type(self))
         super().__init__(model, tokenizer, **cfg)
         self.rule = self.make_rule()
 
@@ -206,10 +261,13 @@ class TreeDecoder(Decoder):
 
     # -- the loop ----------------------------------------------------------------------------
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        times = StepTimes(self.device)  # step 0: the proposer's set-up and the prefill
         gen = torch.Generator(device=self.device).manual_seed(int(self.cfg["seed"]))
         proposer = self.make_proposer(input_ids)
         want_hidden = proposer.needs_hidden
+        t0 = device_clock(self.device)
         logits, hidden = self.target.start(input_ids, want_hidden=want_hidden)
+        prefill_s = device_clock(self.device) - t0
         tokens = [self.rule.next_token(logits, gen)]
         accept_lengths = [1]  # the prefill is step 1 (Spec-Bench)
         proposed, accepted = [0], [0]  # proposed tokens and accepted proposed tokens per step
@@ -217,6 +275,7 @@ class TreeDecoder(Decoder):
         # of the d layers): what the limit column adds to the step's verified positions
         injected = [0.0]
         tokens, done = self.truncate(tokens, max_new_tokens)
+        times.close(0.0, prefill_s)
         while not done:
             state = ProposerState(input_ids, tokens, hidden, max_new_tokens - len(tokens),
                                   self.cfg["temperature"], gen)
@@ -230,10 +289,23 @@ class TreeDecoder(Decoder):
             before = len(tokens)
             tokens, done = self.truncate(tokens + new, max_new_tokens)
             accept_lengths.append(len(tokens) - before)
+            times.close(step.propose_s, step.verify_s)
         return DecodeOutput(tokens, {"steps": len(accept_lengths), "accept_lengths": accept_lengths,
                                      "proposed": proposed, "accepted": accepted, "injected": injected,
                                      "target_forwards": self.target.forwards,
-                                     "target_forward_s": self.target.forward_s, **proposer.stats()})
+                                     "target_forward_s": self.target.forward_s, **times.stats(),
+                                     **proposer.propose_fields(times.propose[1:]), **proposer.stats()})
+
+
+def check_loop_options(cls: type[TreeDecoder]) -> None:
+    """A subclass's ``options()`` must keep the loop's own (``temperature``, ``seed``, ...):
+    one ``error:`` line naming the missing ones, not a ``KeyError`` from inside the loop."""
+    # lazy_head is read with a default (a decoder may leave it out and get the lazy readout)
+    missing = [k for k in TreeDecoder.options() if k != "lazy_head" and k not in cls.options()]
+    if missing:
+        raise UserError(f"decoder {cls.name!r} ({cls.__module__}.{cls.__qualname__}) declares options() without "
+                        f"the tree loop's {', '.join(missing)}; valid: merge the base class's options, "
+                        "return {**super().options(), ...}")
 
 
 # -- the four phases (Medusa's names), once for every tree-verified decoder and draft ----------
@@ -289,16 +361,19 @@ def verify_step(target: Target, rule: acc.AcceptanceRule, proposer: Proposer, st
         root: the tree's root token; default ``state.tokens[-1]``.
     Returns:
         ``(StepResult, [n] tree tokens, root first)``; the new committed tokens are
-        ``tree_tokens[result.path[1:]] + [result.next_token]``.
+        ``tree_tokens[result.path[1:]] + [result.next_token]``; the result carries the phases'
+        times (``propose_s``, ``verify_s``).
     """
     root = state.tokens[-1] if root is None else root
     lazy = bool(lazy_head and rule.lazy and target.lazy_head)
+    t0 = device_clock(target.device)
     proposal, tree_tokens = generate_candidates(proposer, state, rule, root, target.device)
+    t1 = device_clock(target.device)
     prefix_len = target.length
     logits, verified = tree_decoding(target, tree_tokens, proposal, lazy)
     path, nxt = evaluate_posterior(target, rule, proposal, tree_tokens, logits, verified, gen)
     update_inputs_and_kv(target, prefix_len, path)
-    result = StepResult(proposal, path, verified, nxt)
+    result = StepResult(proposal, path, verified, nxt, propose_s=t1 - t0, verify_s=device_clock(target.device) - t1)
     proposer.update(result)
     return result, tree_tokens
 

@@ -36,9 +36,9 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from .cache import accept_path, append_kv, crop_to, gather_kv, seq_length
-from ..errors import UserError
+from ..errors import UserError, check_layers
 from .fast import new_cache
-from .forward import Injection, Verified, append_layer_kv, run_layers, verify_forward
+from .forward import Injection, Verified, append_layer_kv, num_layers, run_layers, verify_forward
 from ..hardware import device_clock
 from .tree import TreeBuffers
 
@@ -173,6 +173,17 @@ class CausalTarget(Target):
     """Decoder-only LMs: the sequence is prompt ++ new tokens."""
 
     kind = "causal"
+    # decoder layers whose inputs every prefill or extension keeps (``captured``): a proposer that
+    # reads intermediate states of committed positions (EAGLE-3's fused features) gets the
+    # prompt's from the prefill; a verification forward returns its own (``Verified.captured``)
+    capture: tuple[int, ...] = ()
+
+    def __init__(self, model, capture: Sequence[int] = ()):
+        super().__init__(model)
+        if capture:
+            check_layers(list(capture), num_layers(model), "captured layer", lo=0)
+        self.capture = tuple(capture)
+        self.captured: dict[int, torch.Tensor] = {}  # {layer: [q, H]} of the last prefill/extension
 
     def begin(self, prompt):
         self.prompt = prompt
@@ -186,7 +197,10 @@ class CausalTarget(Target):
     def _forward(self, ids, keep, want_hidden):
         # model() itself: the strongest single-step path (and bitwise what vanilla always ran).
         out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
-                         output_hidden_states=want_hidden)
+                         output_hidden_states=want_hidden or bool(self.capture))
+        if self.capture:
+            # hidden_states[l], l < d: the input of layer l (0: the embeddings), as verify_forward captures it
+            self.captured = {layer: out.hidden_states[layer][0] for layer in self.capture}
         return out.logits[0], (out.hidden_states[-1] if want_hidden else None)
 
     lazy_head = True

@@ -28,7 +28,8 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from ..config import Profile, Staged, artifact_inputs, check_inputs, load_profile
+from ..config import Profile, load_profile
+from ..workflow.artifacts import Staged, artifact_inputs, check_inputs
 from ..records import read_jsonl
 from . import report
 from .report import to_markdown, write_table
@@ -47,7 +48,10 @@ class Render:
     config of it, through ``build_cfg``), its staged outputs."""
 
     def __init__(self, artifact_id: str, results_root: str, package: str, profile: str,
-                 inputs: list[str] | None = None, build_cfg: Callable[[Profile], object] | None = None):
+                 inputs: list[str] | None = None, build_cfg: Callable[[Profile], object] | None = None,
+                 noise: bool = True):
+        """``noise=False``: the table's header gets no noise line from its benchmark inputs
+        (cross-method groups, each with its own vanilla and no A/A pair, state none)."""
         self.artifact_id, self.profile_name = artifact_id, profile
         prof = load_profile(None, profile)
         if inputs is None:  # run by hand: the same list the rule declares, for this results root
@@ -56,8 +60,10 @@ class Render:
         self.inputs = check_inputs(list(inputs))
         self.profile = prof
         self.cfg = build_cfg(prof) if build_cfg is not None else None
-        base = Path(results_root) / package
-        self.staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+        self.base = Path(results_root) / package
+        self.staged = Staged({"tables": self.base / "tables", "figures": self.base / "figures"})
+        self.noise = noise
+        self.note: str | None = None
         self.verdicts: list[str] = []
         self._bench: dict[str, list[dict]] | None = None
         self._beside: pd.DataFrame | None = None
@@ -128,6 +134,17 @@ class Render:
         """The verdict of a table that states a setup (templates, hyperparameters, model sizes)."""
         return self.verdict(f"setup only ({what}): no measured result, nothing to hold or fail")
 
+    def no_paper_numbers(self, note: str) -> None:
+        """Why no paper's numbers stand beside this table (the comparison is this project's own,
+        a learning curve no paper reports): shown at :meth:`publish` where they would stand."""
+        self.note = note
+
+    def stage(self, kind: str) -> Path:
+        """A staging folder for outputs besides tables and figures (an export), published with
+        them under ``<results_root>/<package>/<kind>``."""
+        self.staged.final.setdefault(kind, self.base / kind)
+        return self.staged.dir(kind)
+
     def path(self, name: str) -> str:
         """The declared input whose file name is ``name`` (an undeclared name is an error)."""
         hits = [p for p in self.inputs if Path(p).name == name]
@@ -181,7 +198,7 @@ class Render:
         if self._table is not None:
             df, meta, floatfmt = self._table
             meta = {"artifact": self.artifact_id, **meta}
-            if self.bench_runs() and "noise" not in meta:
+            if self.noise and self.bench_runs() and "noise" not in meta:
                 # every speedup's worth: the A/A spread (or that the run has no pair) and the
                 # bootstrap intervals over prompts
                 meta = _before_sources(meta, "noise", report.noise_line(self.bench_runs()))
@@ -196,6 +213,8 @@ class Render:
             write_table(df, self.artifact_id, self.staged.dir("tables"), meta, floatfmt)
             if merged is not None:
                 _display_markdown("### The paper beside ours\n\n" + to_markdown(merged, floatfmt))
+            elif self.note:
+                _display_markdown(f"### The paper beside ours\n\n{self.note}")
             else:
                 _display_markdown("### The paper beside ours\n\nThe paper reports no number per row of this "
                                   "table" + (f"; what it states: {meta['paper']}" if meta.get("paper") else "")
@@ -314,13 +333,6 @@ def show(fig, path: str | Path | None = None) -> None:
         _display(Image(data=buf.getvalue()))
     else:
         _display(Image(filename=str(path)))
-
-
-def close_with(artifact_id: str, meta: dict, note: str) -> None:
-    """For notebooks that write their table without :class:`Render`: show ``note`` where the
-    merged paper-vs-ours table would stand, then the closing summary from ``meta``."""
-    _display_markdown(f"### The paper beside ours\n\n{note}")
-    _display_markdown(closing_text(artifact_id, meta), closing=True)
 
 
 def _display_markdown(text: str, closing: bool = False) -> None:

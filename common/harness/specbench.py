@@ -123,12 +123,17 @@ def category_of(rec: dict) -> str:
     return str(rec["category"])
 
 
-def to_specbench(rec: dict, category: str, text: str) -> dict:
-    """One of our records (one turn) as a Spec-Bench answer line."""
+def check_fields(rec: dict) -> None:
+    """A record must carry every field Spec-Bench's answer line is made of (:data:`REQUIRED`)."""
     missing = [k for k in REQUIRED if k not in rec]
     if missing:
         raise UserError(f"record of question {rec.get('question_id')!r} lacks {', '.join(missing)}; "
                         f"valid: benchmark records (common.harness.bench) with {', '.join(REQUIRED)}")
+
+
+def to_specbench(rec: dict, category: str, text: str) -> dict:
+    """One of our records (one turn) as a Spec-Bench answer line."""
+    check_fields(rec)
     steps = rec.get("steps", len(rec["accept_lengths"]))
     return {"question_id": rec["question_id"], "category": category,
             "answer_id": f"{rec['decoder']}-{rec['question_id']}", "model_id": rec.get("model", ""),
@@ -152,10 +157,7 @@ def export(records: list[dict], out_dir: Path, decode=None, category_of=category
     name = name or file_name
     groups: dict[str, list[dict]] = {}
     for rec in records:
-        missing = [k for k in REQUIRED if k not in rec]
-        if missing:
-            raise UserError(f"record of question {rec.get('question_id')!r} lacks {', '.join(missing)}; "
-                            f"valid: benchmark records (common.harness.bench) with {', '.join(REQUIRED)}")
+        check_fields(rec)
         if decode is None and "text" not in rec:
             raise UserError(f"record of question {rec.get('question_id')!r} has no decoded text; valid: records of "
                             "common.harness.bench, or pass a tokenizer to decode the tokens")
@@ -171,25 +173,36 @@ def _tokenizer(name: str):
     from transformers import AutoTokenizer
 
     from ..assets.models import resolve
-    return AutoTokenizer.from_pretrained(resolve(name))
+    try:
+        return AutoTokenizer.from_pretrained(resolve(name))
+    except OSError as e:
+        raise UserError(f"no tokenizer for model {name!r}: {e}".splitlines()[0]) from e
 
 
 def _main(argv=None) -> None:
-    import argparse
+    from ..checks import ArgumentParser
 
-    ap = argparse.ArgumentParser(description="export benchmark records in Spec-Bench's answer format")
+    ap = ArgumentParser(prog="python -m common.harness.specbench",
+                        description="export benchmark records in Spec-Bench's answer format")
     ap.add_argument("records", nargs="+", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tokenizer", default=None, help="model whose tokenizer decodes the answers (default: "
                     "each record's model)")
     a = ap.parse_args(argv)
+    if a.out.exists() and not a.out.is_dir():
+        raise UserError(f"--out {a.out} is a file; valid: a folder (the Spec-Bench files are written into it)")
     records = []
-    for p in a.records:
+    for p in a.records:   # every file read and checked before a tokenizer loads or a file is written
         if not p.is_file():
             raise UserError(f"records file {p} does not exist")
-        records += [{**r, "_tok": a.tokenizer or r.get("model")} for r in read_jsonl(p)]
+        recs = read_jsonl(p, fix="valid: a JSONL file of common.harness.bench's records; rerun the benchmark that wrote it")
+        for r in recs:
+            check_fields(r)
+        records += [{**r, "_tok": a.tokenizer or r.get("model")} for r in recs]
     if not records:
         raise UserError("no records in " + ", ".join(map(str, a.records)))
+    if any(r["_tok"] is None for r in records):
+        raise UserError("some records name no model, so no tokenizer decodes them; valid: --tokenizer MODEL")
     toks = {name: _tokenizer(name) for name in {r["_tok"] for r in records}}
     cats: dict[str, dict] = {}
 

@@ -47,7 +47,7 @@ from tqdm import tqdm
 from ..errors import UserError, check_range
 from ..engine.fast import cast_copy
 from ..hardware import bf16_note
-from ..paths import atomic_write, file_sha256
+from ..paths import atomic_write, file_sha256, load_or_error, short_reason
 
 MANIFEST = "corpus.json"
 HELDOUT = "heldout.npz"
@@ -141,7 +141,7 @@ def read_shard(path: Path, sha256: str | None = None) -> Shard:
         with np.load(path) as z:
             shard = Shard(z["tokens"], z["offsets"], z["starts"], z["prompt_index"])
     except Exception as e:  # a damaged archive raises zipfile.BadZipFile, EOFError, ValueError, KeyError, ...
-        raise UserError(f"corpus shard {path} is unreadable ({type(e).__name__}: {e}); delete it and run the "
+        raise UserError(f"corpus shard {path} is unreadable ({short_reason(e)}); delete it and run the "
                         "corpus build again") from e
     if len(shard.offsets) != len(shard.starts) + 1 or int(shard.offsets[-1]) != len(shard.tokens):
         raise UserError(f"corpus shard {path} is inconsistent (offsets do not cover its tokens)")
@@ -154,7 +154,7 @@ def read_manifest(out: Path) -> dict | None:
         return None
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # cut short, or bytes that are no text
         raise UserError(f"{path} is not valid JSON ({e}); it is rewritten after every shard, so it can only be "
                         "damaged by hand: restore it or delete the directory") from e
 
@@ -311,6 +311,57 @@ def build(out: Path, model, recipe: Recipe, prompts: Callable[[int, int], list[l
     return manifest
 
 
+# -- answer sets: a few prompts' answers in one cached file ----------------------------------
+def answer_set(model, tokenizer, n_prompts: int, max_new_tokens: int, max_prompt_tokens: int | None = 256,
+               batch_size: int = 8, dataset: str = "sharegpt", skip: int = 0) -> list[dict]:
+    """The model's greedy answers to the ``n_prompts`` first turns of ``dataset`` after the first
+    ``skip`` (a training set skips the held-out ones), made by :func:`greedy_answers` like every
+    shard: a small set for a model the sharded corpus was not made by (a variant's own base
+    model) or a profile that reads no shards.
+
+    Returns:
+        ``n_prompts`` dicts ``{"ids": [prompt + answer ids], "start": len(prompt)}``.
+    """
+    from ..assets.data import load_dataset_samples
+    from ..assets.prompts import encode_prompt
+
+    check_range("n_prompts", n_prompts, 1)
+    check_range("max_new_tokens", max_new_tokens, 1)
+    check_range("skip", skip, 0)
+    samples = load_dataset_samples(dataset, n=skip + n_prompts)[skip:]
+    if len(samples) < n_prompts:
+        raise UserError(f"{dataset} has {len(samples) + skip} samples, fewer than skip + n_prompts = {skip + n_prompts}")
+    prompts = [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist() for s in samples]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    answers = greedy_answers(model, prompts, max_new_tokens, tokenizer.eos_token_id, batch_size, pad=pad)
+    return [{"ids": p + a, "start": len(p)} for p, a in zip(prompts, answers)]
+
+
+def answer_set_key(**kw) -> dict:
+    """:func:`answer_set`'s settings as a cache key: only those that differ from its defaults
+    (``None`` meaning the default), so every caller names one set by one key."""
+    import inspect
+
+    defaults = {k: p.default for k, p in inspect.signature(answer_set).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {k: v for k, v in kw.items() if v is not None and (k not in defaults or v != defaults[k])}
+
+
+def load_or_build_set(path: Path, model, tokenizer, **kw) -> list[dict]:
+    """The answer set cached in ``path`` (git-ignored; several trainers share it), built when the
+    file is missing or was made with other settings. ``kw``: :func:`answer_set`'s settings."""
+    kw = answer_set_key(**kw)
+    path = Path(path)
+    if path.is_file():
+        data = load_or_error(path, torch.load, "answer set", "delete it; it is rebuilt on the next run")
+        if isinstance(data, dict) and data.get("kw") == kw:
+            return data["corpus"]
+    answers = answer_set(model, tokenizer, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: torch.save({"kw": kw, "corpus": answers}, tmp))
+    return answers
+
+
 # -- reading ----------------------------------------------------------------------------------
 def open_corpus(out: Path, model=None, tokenizer=None) -> dict:
     """The manifest of a finished-or-growing corpus, checked against ``model`` / ``tokenizer``
@@ -360,12 +411,11 @@ def summary(out: Path) -> dict:
 
 
 def _main(argv=None) -> None:
-    import argparse
-
-    from ..checks import check_device
+    from ..checks import ArgumentParser, check_device, check_positive_int
     from ..assets.models import load_model
 
-    ap = argparse.ArgumentParser(description="build (or continue) the sharded self-distillation corpus")
+    ap = ArgumentParser(prog="python -m common.training.corpus",
+                        description="build (or continue) the sharded self-distillation corpus")
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", type=Path, required=True, help="corpus directory (shards + corpus.json)")
     ap.add_argument("--tokens", type=int, default=1_000_000, help="training answer tokens to reach")
@@ -391,6 +441,10 @@ def _main(argv=None) -> None:
         check_range(name, getattr(a, name), 1)
     if a.heldout_answer_tokens is not None:
         check_range("heldout_answer_tokens", a.heldout_answer_tokens, 1)
+    # every cheap check before the model loads (minutes on a large one)
+    for name in ("tokens", "max_shards", "threads"):
+        check_positive_int(f"--{name.replace('_', '-')}", getattr(a, name))
+    device = str(check_device(a.device))
     if a.out.exists() and not a.out.is_dir():
         raise UserError(f"--out {a.out} is a file; valid: a corpus directory (new or one to continue)")
     from ..records import traced_path
@@ -398,7 +452,7 @@ def _main(argv=None) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model, tok = load_model(a.model, device=str(check_device(a.device)), fast=True)
+    model, tok = load_model(a.model, device=device, fast=True)
     eos = tok.eos_token_id if tok.eos_token_id is not None else model.config.eos_token_id
     recipe = Recipe(model=a.model, model_id=model_identity(model), tokenizer_id=tokenizer_identity(tok),
                     dataset=a.dataset, heldout=a.heldout, shard_prompts=a.shard_prompts,

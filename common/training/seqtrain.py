@@ -6,7 +6,7 @@ states at an intermediate layer), attend to the context's cache and pass through
 layers above them: their trainers run the frozen model over each sequence
 (:func:`teacher_forward`) and train positions placed after cuts of it.
 
-The sequences are the model's own greedy answers (:mod:`common.training.selfdistill`): the greedy
+The sequences are the model's own greedy answers (:func:`common.training.corpus.answer_set`): the greedy
 continuation from any cut inside an answer is the rest of the answer, so the teacher at every
 distance after a cut is one forward's distribution there (self-distillation without a
 generation per cut). Training prompts follow the held-out ones in ShareGPT; the held-out set is
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import selfdistill
+from . import corpus as corpus_mod
 from ..errors import UserError, check_range
 from ..engine.fast import new_cache
 
@@ -93,7 +93,6 @@ def corpus_sequences(corpus_dir: Path, model, tokens: int | None, max_prompt_tok
     """``{"train", "heldout"}`` greedy sequences of the sharded corpus: the training shards up to
     ``tokens`` answer tokens (prompts cut to their last ``max_prompt_tokens``), and its held-out
     shard whole (the set every component is measured on)."""
-    from . import corpus as corpus_mod
     from .teacher import shard_sequences
 
     corpus_mod.open_corpus(corpus_dir, model=model)
@@ -117,9 +116,9 @@ def from_args(a, model, tokenizer) -> dict:
             raise UserError("the training sequences need --corpus-dir (the sharded corpus) or both --corpus and "
                             "--heldout-corpus (greedy corpus caches)")
         check_range("--prompts", a.prompts, 1)
-        held = selfdistill.load_or_build(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
+        held = corpus_mod.load_or_build_set(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
                                          max_new_tokens=a.answer_tokens)
-        train = selfdistill.load_or_build(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,
+        train = corpus_mod.load_or_build_set(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,
                                           max_prompt_tokens=a.max_prompt_tokens, skip=a.heldout_prompts)
         source = a.corpus
     dev = model.device

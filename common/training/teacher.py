@@ -8,7 +8,7 @@ its argmax (the greedy token it would emit there) and its top-``k`` log-probabil
 then train on the model's own predictions (self-distillation) without any generation.
 
 The held-out set is different on purpose: the base model's own *greedy* continuations
-(:mod:`common.training.selfdistill`, of prompts the training text never contains), since that is what
+(:func:`common.training.corpus.answer_set`, of prompts the training text never contains), since that is what
 decoding sees. It goes through the same pass, so every trainer reads one file:
 
     python -m common.training.teacher --model smollm2-135m-instruct --teacher .cache/components/embedded/teacher.pt \\
@@ -46,7 +46,6 @@ import torch
 from tqdm import tqdm
 
 from . import corpus as corpus_mod
-from . import selfdistill
 from ..checkpoints import fingerprint
 from ..checks import ArgumentParser, check_device
 from ..assets.data import load_dataset_samples
@@ -417,8 +416,8 @@ def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_pr
         return data
     wall = {}
     t = time.perf_counter()
-    corpus = selfdistill.load_or_build(heldout_corpus, model, tokenizer, n_prompts=heldout_prompts,
-                                       max_new_tokens=answer_tokens)
+    corpus = corpus_mod.load_or_build_set(heldout_corpus, model, tokenizer, n_prompts=heldout_prompts,
+                                          max_new_tokens=answer_tokens)
     wall["heldout_corpus"] = time.perf_counter() - t
     t = time.perf_counter()
     held = teacher_pass(model, corpus, topk, batch_size, desc="teacher pass (held-out greedy)")

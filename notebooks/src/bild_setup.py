@@ -11,26 +11,16 @@
 # count includes the shared embeddings, as the decoder loads them).
 
 # %%
-import dataclasses
-from pathlib import Path
-
 import pandas as pd
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
+from common.harness.render import Render
 from common.records import read_jsonl
-from common.harness.render import close_with
-from common.harness.report import write_table
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
-df = pd.DataFrame(read_jsonl(inputs[0]))
-meta = {"artifact": artifact_id, "profile": ", ".join(sorted(df.profile.unique())),
+R = Render(artifact_id, results_root, package, profile, inputs)
+df = pd.DataFrame(read_jsonl(R.inputs[0]))
+meta = {"profile": ", ".join(sorted(df.profile.unique())),
         "models": "read from each model's config (python -m bild.model_configs)", "hardware": "none (no weights loaded)",
-        "verdict": "setup only (the model pairs' sizes): no measured result, nothing to hold or fail",
-        "sources": str(inputs[0])}
-staged = Staged({"tables": base / "tables"})
+        "sources": str(R.inputs[0])}
 meta
 
 # %% md
@@ -42,12 +32,10 @@ table = df[["task", "role", "model", "kind", "layers", "d_model", "ffn", "heads"
 table["params_m"] = table.pop("params") / 1e6
 large = table[table.role == "large"].set_index("task").params_m
 table["share_of_large"] = [p / large[t] for t, p in zip(table.task, table.params_m)]
-write_table(table, artifact_id, staged.dir("tables"), meta, floatfmt=".2f")
-close_with(artifact_id, meta,
-           "The paper's Table 2 lists its model pairs (see the markdown above); this table states the embedded pairs: "
-           "a setup, no measurement.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.setup_only("the model pairs' sizes")
+R.no_paper_numbers("The paper's Table 2 lists its model pairs (see the markdown above); this table states the embedded "
+                   "pairs: a setup, no measurement.")
+R.save_table(table, meta, floatfmt=".2f")
 
 # %%
-for f in staged.publish():  # last step: tables move into place only when all of it worked
-    print("wrote", f)
+R.publish()

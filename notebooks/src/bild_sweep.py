@@ -25,7 +25,8 @@ import pandas as pd
 from bild.analysis import best_settings, split_reduced, sweep_points
 from bild.config import from_profile
 from bild.plots import quality_panel
-from common.metrics import METRICS
+from bild.tables import (ablation_kind, dominated, falls_with_rollback, grid_points, paper_speedups, reaches_speedup,
+                         sampling_kind, span, stand_in_note, table1_rows, vs_large)
 from common.records import read_jsonl
 from common.harness.render import Render, paper_numbers
 from common.harness.report import provenance, stats_match
@@ -37,14 +38,6 @@ for p in inputs:
     if Path(p).name.startswith("sweep_"):  # Table 1 also reads the reduced-vocabulary sweep (below)
         task, variant = Path(p).stem.removeprefix("sweep_").rsplit("_", 1)
         runs[task, variant] = read_jsonl(p)
-def vs_large(records, metric):
-    """decoder -> its corpus metric against the large model's own greedy output (``vanilla``'s
-    text in the same run) instead of the dataset's reference: what BiLD actually loses."""
-    df = pd.DataFrame(records)
-    base = df[df.decoder == "vanilla"].set_index("question_id").text
-    return {d: METRICS[metric](list(g.text), [base[q] for q in g.question_id]) for d, g in df.groupby("decoder")}
-
-
 points = pd.concat([sweep_points(recs, cfg.task(t).metric).assign(task=t, variant=v) for (t, v), recs in runs.items()],
                    ignore_index=True)
 scored = {(t, v): vs_large(recs, cfg.task(t).metric) for (t, v), recs in runs.items()}
@@ -54,33 +47,15 @@ meta = {**provenance([r for recs in runs.values() for r in recs]),
         "tasks": "; ".join(f"{t}: {cfg.task(t).dataset} ({cfg.task(t).n} prompts, {cfg.task(t).metric})" for t in cfg.tasks),
         "sources": ", ".join(inputs)}
 # What every BiLD verdict below rests on: the stand-in references are another model's replies
-# (ShareGPT), so a corpus metric of ~1.5 BLEU moves by whole points between settings that differ
-# in a few tokens; agreement with the large model's own greedy output is the steadier measure.
-STAND_IN = ("stand-in references (ShareGPT replies): translation BLEU ~" +
-            f"{points[(points.task == 'translate') & (points.decoder == 'vanilla')].quality.mean():.1f}, "
-            "so a one-point quality difference there is noise, not a measurement") if "translate" in set(points.task) else \
-           "stand-in references (ShareGPT replies)" if set(points.task) & {"summarize"} else \
-           "the tasks' own references"  # the paper profile's datasets
-
-
-def span(g, col="latency"):
-    """'latency 0.88-1.31x of vanilla (27 settings)': the range a verdict was measured over."""
-    g = g[g.decoder != "vanilla"]
-    return f"{col} {g[col].min():.2f}-{g[col].max():.2f}x of vanilla ({len(g)} settings)"
-
-
-def dominated(p, front):
-    """Is point ``p`` (latency, quality) matched by a ``front`` point at least as fast and as good?"""
-    return bool(((front.latency <= p.latency) & (front.quality >= p.quality)).any())
-
-
+# (ShareGPT), so a corpus metric moves by whole points between settings that differ in a few tokens
+STAND_IN = stand_in_note(points)
 meta
 
 # %% md [bild.fig4, bild.table1, bild.fig9]
 # BiLD proper: the grid's settings (the `bild@fb<alpha_FB>_rb<alpha_RB>` labels).
 
 # %% [bild.fig4, bild.table1, bild.fig9]
-grid = points[points.decoder.str.match(r"^bild@fb[0-9.]+_rb[0-9.]+$") | (points.decoder == "vanilla")]
+grid = grid_points(points)
 
 # %% [bild.fig4]
 fig, axes = plt.subplots(1, len(cfg.tasks), figsize=(5 * len(cfg.tasks), 4), squeeze=False)
@@ -94,8 +69,7 @@ for ax, t in zip(axes[0], cfg.tasks):
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}", fontsize=8)
 R.save_figure(fig)
 # The paper: every setting's curve reaches speedups above 1x (1.3-2.1x) near the large model's quality.
-fast = [bool(((grid.task == t) & (grid.variant == v) & (grid.decoder != "vanilla") & (grid.speedup > 1.0)).any())
-        for t in cfg.tasks for v in ("unaligned", "aligned")]
+fast = reaches_speedup(grid, cfg.tasks)
 print(R.trend("BiLD reaches a speedup above 1x (per task and variant)", fast, [True] * len(fast),
               over=span(grid), caveat=STAND_IN))
 cols = ["task", "variant", "decoder", "quality", "latency", "speedup", "small_share", "fallbacks_per_token",
@@ -121,31 +95,9 @@ R.save_table(grid[cols], meta)
 # step on a 49 k-token vocabulary; the rows say what cutting it buys.
 
 # %% [bild.table1]
-def table1_rows(t, v, g, records, paper_variant=None):
-    """Table 1's two cells for one sweep's grid points ``g`` (and its records, for vanilla's speed)."""
-    best = best_settings(g)
-    van = [r for r in records if r["decoder"] == "vanilla"]
-    tok_s = sum(r["new_tokens"] for r in van) / sum(r["wall_time"] for r in van)
-    out = []
-    for cell in ("no_loss", "within"):
-        b = best[cell]
-        row = {"task": t, "variant": v, "cell": cell, "vanilla_quality": best["baseline_quality"], "vanilla_tok_s": tok_s,
-               "setting": b["decoder"] if b else "none", "quality": b["quality"] if b else None,
-               "speedup": b["speedup"] if b else None,
-               "agree_tokens": float(g.set_index("decoder").agree_tokens[b["decoder"]]) if b else None,
-               "quality_vs_large": (float(g.set_index("decoder").quality_vs_large[b["decoder"]])
-                                    if b and "quality_vs_large" in g else None)}
-        for ds, stand in paper["stand_in"].items():
-            if stand == t and paper_variant is not None:
-                q, s = paper[paper_variant][cell][ds]
-                row[f"paper {ds}"] = f"{q} ({paper['vanilla'][ds]}), {s}x"
-        out.append(row)
-    return out
-
-
 rows = []
 for (t, v), _ in sorted(runs.items()):
-    rows += table1_rows(t, v, grid[(grid.task == t) & (grid.variant == v)], runs[t, v], v)
+    rows += table1_rows(t, v, grid[(grid.task == t) & (grid.variant == v)], runs[t, v], paper, v)
 
 # Beyond the paper (profiles with bild.reduced_vocab): the same small model with its LM head cut
 # to its training labels' most frequent tokens, swept beside its full head in one run (both rows
@@ -165,7 +117,7 @@ if reduced:
              "reduced": f"{rv.variant}, {rv.keep}-token head (beyond the paper)",
              "compact": f"{rv.variant}, {rv.compact_layers}-layer model trained with the {rv.keep}-token head (beyond the paper)"}
     for k, g in both.items():
-        rows += table1_rows(rv.task, names[k], g, recs)
+        rows += table1_rows(rv.task, names[k], g, recs, paper)
     meta.update(provenance([r for rs in runs.values() for r in rs] + recs))  # its machine and code too
     meta["reduced vocabulary"] = (f"{rv.keep} of {rstats['vocab']} tokens kept (the most frequent {rstats['labels']} labels "
                                   f"of the small model's training data): {rstats['train_coverage']:.1%} of those labels, "
@@ -208,11 +160,7 @@ print(R.trend("aligned above unaligned at no loss (per task)", [(hit[t, "aligned
               [paper["aligned"]["no_loss"][d][1] > paper["unaligned"]["no_loss"][d][1] for d in paper["stand_in"]],
               over="the no-loss cells above"))
 # The merged view: each cell's speedup beside the paper's for every dataset its task stands in for.
-R.beside(pd.DataFrame([{"task": r.task, "variant": r.variant, "cell": r.cell, "paper dataset": ds, "speedup": r.speedup,
-                        "paper_speedup": paper[r.variant][r.cell][ds][1]}
-                       for r in table.itertuples() if r.variant in ("unaligned", "aligned")
-                       for ds, stand in paper["stand_in"].items() if stand == r.task]),
-         {"speedup": "paper_speedup"}, ["task", "variant", "cell", "paper dataset"])
+R.beside(paper_speedups(table, paper), {"speedup": "paper_speedup"}, ["task", "variant", "cell", "paper dataset"])
 R.save_table(table, meta)
 
 # %% [bild.fig9]
@@ -232,8 +180,7 @@ for ax, t in zip(axes[0], cfg.tasks):
 R.save_figure(fig)
 tab = grid[(grid.variant == "aligned") & (grid.decoder != "vanilla")]
 # The paper's Figure 9: a larger rollback threshold keeps more small-model tokens, so latency falls.
-falls = [b <= a for _, c in tab.groupby(["task", "fallback_threshold"])
-         for a, b in zip(c.sort_values("rollback_threshold").latency[:-1], c.sort_values("rollback_threshold").latency[1:])]
+falls = falls_with_rollback(tab)
 print(R.trend("latency falls as alpha_RB grows (each alpha_FB, consecutive alpha_RB)", falls, over=span(tab)))
 R.save_table(tab[["task", "rollback_threshold", "fallback_threshold", "quality", "latency", "rollbacks_per_token",
                    "fallbacks_per_token"]].sort_values(["task", "rollback_threshold", "fallback_threshold"]), meta)
@@ -245,9 +192,7 @@ R.save_table(tab[["task", "rollback_threshold", "fallback_threshold", "quality",
 
 # %% [bild.fig5]
 al = points[points.variant == "aligned"]
-kind = al.decoder.map(lambda d: "vanilla" if d == "vanilla" else "no rollback" if d.endswith("_norb")
-                      else "no fallback" if "handover" in d else "BiLD")
-al = al.assign(kind=kind)
+al = al.assign(kind=al.decoder.map(ablation_kind))
 fig, axes = plt.subplots(1, len(cfg.tasks), figsize=(5 * len(cfg.tasks), 4), squeeze=False)
 for ax, t in zip(axes[0], cfg.tasks):
     for k, c in al[al.task == t].groupby("kind"):
@@ -275,9 +220,7 @@ R.save_table(al[["task", "kind", "decoder", "quality", "latency", "speedup"]], m
 
 # %% [bild.specsampling]
 un = points[(points.variant == "unaligned")]
-kind = un.decoder.map(lambda d: "vanilla" if d == "vanilla" else "speculative sampling" if d.startswith("speculative")
-                      and d.endswith("_t1") else "speculative (greedy)" if d.startswith("speculative")
-                      else "BiLD" if d.startswith("bild@fb") else "other")
+kind = un.decoder.map(sampling_kind)
 table = un.assign(kind=kind)[["task", "kind", "decoder", "quality", "speedup", "identical"]]
 # The paper (section 4.2): BiLD beats speculative sampling at similar speedup (IWSLT: 39.93 BLEU
 # at 1.28x, BiLD +0.61 BLEU; XSum: 35.00 ROUGE-L at 1.25x, BiLD up to +0.30 at a faster latency).

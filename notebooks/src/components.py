@@ -22,7 +22,6 @@
 # this model, so no paper numbers stand beside them.
 
 # %%
-import dataclasses
 import json
 from pathlib import Path
 
@@ -32,19 +31,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
+from common.harness.cross_tables import curve_rows
+from common.harness.render import Render
 from common.records import read_jsonl
-from common.harness.render import close_with, show
-from common.harness.report import write_table
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
+R = Render(artifact_id, results_root, package, profile, inputs)
 stats = {Path(p).name.removesuffix("_stats.json"): json.loads(Path(p).read_text())
-         for p in inputs if p.endswith("_stats.json")}
+         for p in R.inputs if p.endswith("_stats.json")}
 curves = {Path(p).name.removesuffix("_curve.jsonl"): pd.DataFrame(read_jsonl(p))
-          for p in inputs if p.endswith("_curve.jsonl")}
+          for p in R.inputs if p.endswith("_curve.jsonl")}
 teacher = stats.pop("teacher")
 key = teacher["key"]
 
@@ -72,12 +67,11 @@ def data_of(k, counts=None):
             f"held out: greedy answers ({k['answer_tokens']} tokens) to the first {k['heldout_prompts']} ShareGPT prompts")
 
 
-meta = {"artifact": artifact_id, "model": key["base"], "data": data_of(key, teacher),
+meta = {"model": key["base"], "data": data_of(key, teacher),
         "profile": profile,
         "hardware": ", ".join(sorted({s["hardware"] for s in (teacher, *stats.values()) if "hardware" in s})) or "unknown",
         "code_version": ", ".join(sorted({s.get("code_version", "unknown") for s in (teacher, *stats.values())})),
-        "sources": ", ".join(str(p) for p in inputs)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+        "sources": ", ".join(str(p) for p in R.inputs)}
 meta
 
 # %% md
@@ -88,26 +82,7 @@ meta
 # others' are sequences.
 
 # %%
-def top1(v):
-    return v[0] if isinstance(v, list) else v
-
-
-rows = []
-for name, c in curves.items():
-    s = stats[name]
-    t = c.heldout_top1.map(top1)
-    # the weights the component publishes: a run that restores its best evaluation names that step
-    # (chosen_step); without one, the last evaluation's
-    kept = t[c.step == s["chosen_step"]] if s.get("chosen_step") is not None else t.iloc[-1:]
-    rows.append({"component": name, "steps": int(c.step.iloc[-1]), "examples_seen": int(c.examples_seen.iloc[-1]),
-                 "train_tokens": s.get("train_tokens"),
-                 "evaluations": len(c), "train_wall_s": round(float(c.wall_s.iloc[-1]), 1),
-                 "stopped": s["stopped"], "top1_untrained": t.iloc[0], "top1_best": t.max(),
-                 "top1_final": t.iloc[-1], "top1_kept": kept.iloc[-1] if len(kept) else t.iloc[-1],
-                 "heldout_loss_final": top1(c.heldout_loss.iloc[-1]),
-                 "watched": {"medusa": "head-1 top-1", "eagle": "first-token top-1"}.get(name, "top-1 agreement"),
-                 "data": "as above" if s.get("teacher") == key else data_of(s.get("teacher"))})
-table = pd.DataFrame(rows)
+table = curve_rows(curves, stats, key, data_of)
 # a pass resumed from parts written before parts kept their time does not know the whole cost
 untimed = teacher.get("untimed_parts", 0)
 table.loc[len(table)] = {"component": "teacher pass",
@@ -149,18 +124,13 @@ axes[0, 1].set_ylabel("held-out top-1")
 for a in axes.flat:
     a.legend(fontsize=7)
 fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-show(fig)
+R.save_figure(fig)
 trained = table[table.component != "teacher pass"]
 up = [f"{r.component} {r.top1_untrained:.3f} -> {r.top1_kept:.3f}" for r in trained.itertuples()]
 verdict = (f"training helps: {sum(trained.top1_kept > trained.top1_untrained)}/{len(trained)} components' kept weights are "
            f"above their untrained held-out top-1 ({'; '.join(up)}); learning curves, no paper trend to test")
-write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports these learning curves: "
-           "they show how the trained components here were trained.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("No paper reports these learning curves: they show how the trained components here were trained.")
+R.save_table(table, {**meta, "verdict": verdict})  # the verdict after the sources, as the table has always put it
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()

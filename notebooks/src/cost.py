@@ -20,37 +20,29 @@
 # (`tools/cost_curves.py`), one line style per host; every table's limit columns read their own host's.
 
 # %%
-import dataclasses
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from common.config import Staged, artifact_inputs, check_inputs, load_profile
-from common.harness.render import close_with, show
-from common.harness.report import cost_curve_paths, read_cost_curves, write_table
+from common.harness.render import Render
+from common.harness.report import cost_curve_paths, read_cost_curves
 
-base = Path(results_root) / package
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(dataclasses.replace(load_profile(None, profile), results_root=results_root), artifact_id)
-inputs = check_inputs(inputs)
+R = Render(artifact_id, results_root, package, profile, inputs)
 # the rule's curve (the host it last ran on) and those kept from earlier hosts (tools/cost_curves.py keep)
-records = read_cost_curves(inputs)
+records = read_cost_curves(R.inputs)
 df = pd.DataFrame(records)
 if "forward_path" not in df:
     df["forward_path"] = "stock"  # records made before the fast path existed
 df["host"] = df.device.str.split(",").str[0]  # the CPU or GPU and its threads, without the torch version
 df = df.sort_values(["host", "forward_path", "q"])
-meta = {"artifact": artifact_id, "model": ", ".join(sorted(df.model.unique())),
+meta = {"model": ", ".join(sorted(df.model.unique())),
         "data": f"random token ids, a {int(df.context.iloc[0])}-token context (cost does not depend on the text)",
         "profile": ", ".join(sorted(df.profile.unique())), "hardware": ", ".join(sorted(df.device.unique())),
         "dtype": ", ".join(sorted(df.dtype.unique())), "rounds": int(df.rounds.iloc[0]),
         "code_version": ", ".join(sorted(df.get("code_version", pd.Series(["unknown"])).astype(str).unique())),
-        "sources": ", ".join(map(str, cost_curve_paths(inputs)))}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+        "sources": ", ".join(map(str, cost_curve_paths(R.inputs)))}
 meta
 
 # %% md
@@ -85,20 +77,15 @@ for a in (ax, ax2):
 ax.set_ylabel("T(q) / T(1) (band: interquartile range)")
 ax2.set_ylabel("ms per forward")
 ax.set_title(f"{meta['model']}, {meta['profile']}, {meta['dtype']}\n{meta['hardware']}", fontsize=8)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-show(fig)
+R.save_figure(fig)
 flat_to = {key: int(d[d.ratio <= 1.5].q.max()) if (d.ratio <= 1.5).any() else None
            for key, d in df.groupby(["host", "forward_path"])}
 verdict = ("each host's cost curve (no paper trend; the hardware-aware tree sizes read the benchmarks' own host's): "
            "T(q) <= 1.5 T(1) up to " + ", ".join(f"q = {q} ({host}, {path})" for (host, path), q in flat_to.items())
            + f", measured over q = {df.q.min()}-{df.q.max()}")
-write_table(df[["host", "forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}), artifact_id,
-            staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this machine's cost curve: "
-           "the hardware-aware tree sizes (prompt decoding) read it.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("No paper reports this machine's cost curve: the hardware-aware tree sizes (prompt decoding) read it.")
+R.save_table(df[["host", "forward_path", "q", "ms", "ms_q1", "ms_q3", "ratio"]].astype({"q": str}),
+             {**meta, "verdict": verdict})  # the verdict after the sources, as the table has always put it
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()

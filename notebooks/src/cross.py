@@ -20,25 +20,22 @@ import dataclasses
 import json
 from pathlib import Path
 
-import pandas as pd
-
-from common.config import Staged, artifact_inputs, check_inputs, cross_joins, labels_config, load_profile
+from common.config import labels_config
+from common.workflow.artifacts import cross_joins
 from common.records import read_jsonl
-from common.harness.render import close_with, show
-from common.harness.report import (check_decoders, check_settings, extra_memory, limits, provenance, read_cost_curves,
-                           stats_match, step_times, summarize, write_table)
+from common.harness.cross_tables import cross_rows
+from common.harness.render import Render
+from common.harness.report import check_decoders, check_settings, provenance, read_cost_curves
 
-base = Path(results_root) / package
-P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(P, artifact_id)
-inputs = check_inputs(inputs)
+# each group's speedups are against its own vanilla, in runs without an A/A pair: no noise line
+R = Render(artifact_id, results_root, package, profile, inputs, noise=False)
+P = dataclasses.replace(R.profile, results_root=results_root)
 joins = {s: {**j, "record": Path(results_root) / j["record"], "stats": Path(results_root) / j["stats"]}
          for s, j in cross_joins(P).items()}
 joined = {j["record"].resolve(): s for s, j in joins.items()}
 # the cross groups in name order, as the committed tables have always listed them, then the joins
-files = sorted(Path(p) for p in inputs if Path(p).name.startswith("bench_") and Path(p).resolve() not in joined)
-curve = read_cost_curves(inputs)  # one curve per host; each group reads its own host's
+files = sorted(Path(p) for p in R.inputs if Path(p).name.startswith("bench_") and Path(p).resolve() not in joined)
+curve = read_cost_curves(R.inputs)  # one curve per host; each group reads its own host's
 groups = {f.stem.removeprefix("bench_"): read_jsonl(f) for f in files}
 for g, recs in groups.items():  # a group's record must be the run its config describes
     check_decoders(recs, P.cross.groups[g], f"cross/raw/bench_{g}.jsonl", f"cross.groups.{g}",
@@ -55,8 +52,7 @@ for s, j in joins.items():
     groups[s] = [r for r in recs if r["decoder"] == "vanilla" or r["decoder"].split("@")[0] in j["decoders"]]
     files.append(j["record"])
 records = [r for recs in groups.values() for r in recs]
-meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(str(f) for f in files)}
-staged = Staged({"tables": base / "tables", "figures": base / "figures"})
+meta = {**provenance(records), "sources": ", ".join(str(f) for f in files)}
 meta
 
 # %% md
@@ -77,48 +73,7 @@ meta
 # %%
 joined_stats = {j["stats"].resolve(): s for s, j in joins.items()}
 stats = {joined_stats.get(Path(p).resolve(), Path(p).name.removesuffix("_stats.json")): json.loads(Path(p).read_text())
-         for p in inputs if p.endswith("_stats.json")}
-
-
-def component_of(cfg):
-    """Which trained component a decoder's options name (Medusa heads, EAGLE's head or a draft model)."""
-    return "medusa" if "heads" in cfg else "eagle" if "head" in cfg else "draft" if "draft" in cfg else None
-
-
-def extras(group, recs, decoder):
-    """(extra parameters in millions, training seconds, training hardware, whether the benchmark
-    decoded the weights that training wrote) of a decoder's component."""
-    if decoder == "vanilla":
-        return 0.0, None, None, None
-    cfg = next(r.get("decoder_config", {}) for r in recs if r["decoder"] == decoder)
-    c = group if group in joins else component_of(cfg)
-    if c is None:
-        return 0.0, None, None, None
-    if c not in stats:
-        raise FileNotFoundError(f"{decoder} uses trained {c} but no {c}_stats.json is among the declared inputs")
-    s = stats[c]
-    return (s["params"] / 1e6, s["train_wall_s"], s.get("hardware"),
-            stats_match(s, [r for r in recs if r["decoder"] == decoder]))
-
-
-# %%
-def cross_rows():
-    """cross.table's rows: every group's summary with the trained components' costs."""
-    rows = []
-    for g, recs in groups.items():
-        t = summarize(recs)
-        t.insert(0, "group", g)
-        ex = [extras(g, recs, d) for d in t.decoder]
-        t["extra_params_m"] = [e[0] for e in ex]
-        t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
-        t["trained_on"] = pd.Series([e[2] for e in ex], dtype=object)
-        t["same_weights"] = pd.Series([e[3] for e in ex], dtype=object)
-        t["ran_on"] = ", ".join(sorted({r["device"].split(", torch")[0] for r in recs}))
-        mem = extra_memory(recs)  # blank for a group whose records predate per-call growth
-        t["extra_mem_mib"] = pd.Series([mem.get(d) for d in t.decoder], dtype=object)
-        t = t.merge(limits(recs, curve), on="decoder", how="left").merge(step_times(recs), on="decoder", how="left")
-        rows.append(t)
-    return pd.concat(rows, ignore_index=True)
+         for p in R.inputs if p.endswith("_stats.json")}
 
 
 def own_comparison(table) -> str:
@@ -178,7 +133,7 @@ def own_comparison(table) -> str:
 # records time no target forward (`vanilla`, prompt lookup, transformers' own loops, pipelined workers).
 
 # %% [cross.table]
-table = cross_rows()
+table = cross_rows(groups, stats, joins, curve)
 cols = ["group", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "mean_accepted_length",
         "step_cost", "limit", "pct_of_limit", "step_ms", "target_ms", "propose_ms", "other_ms", "peak_mem_mib",
         "extra_mem_mib", "extra_params_m", "train_wall_s", "trained_on", "same_weights", "ran_on",
@@ -193,9 +148,8 @@ verdict = (f"this project's comparison (no paper has it): fastest {ranked.decode
            f"its own group's vanilla; not identical to greedy: {', '.join(lossy) or 'none'}"
            + "".join(f"; benchmarked on other weights than its component's training: {', '.join(d)}"
                      for d in [list(table.decoder[table.same_weights == "no"])] if d))
-write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict}, own_comparison(table))
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers(own_comparison(table))
+R.save_table(table, {**meta, "verdict": verdict})  # the verdict after the sources, as the table has always put it
 
 # %% [cross.fig]
 import matplotlib
@@ -203,7 +157,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-table = cross_rows()
+table = cross_rows(groups, stats, joins, curve)
 table = table[table.decoder != "vanilla"]
 # One row per decoder, sorted by speedup, its name on the axis (never printed over another's):
 # speedup with its 95% bootstrap interval on the left, extra peak memory on the right.
@@ -222,18 +176,15 @@ a2.barh([i for i, m in zip(y, measured) if m], rows.extra_mem_mib[measured].asty
         color=[colors[g] for g in rows.group[measured]])  # measured, not derived from parameters
 a2.set_xlabel("extra memory per call vs vanilla (MiB, same run; no bar: not in the records)")
 fig.suptitle(f"{meta.get('model')}, {meta.get('dataset')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-show(fig)
+R.save_figure(fig)
 out = table[["group", "decoder", "speedup", "extra_mem_mib", "extra_params_m"]]
 faster = out[out.speedup > 1.0]
 mem = out.extra_mem_mib.dropna().astype(float)
 verdict = (f"this project's comparison (no paper has it): {len(faster)}/{len(out)} decoders faster than vanilla; "
            + (f"extra memory per call {mem.min():.1f}-{mem.max():.1f} MiB over {len(mem)} decoders" if len(mem) else
               "extra memory per call not in these records (they predate mem_growth_bytes)"))
-write_table(out, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict}, own_comparison(table))
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers(own_comparison(table))
+R.save_table(out, {**meta, "verdict": verdict})
 
 # %%
-for f in staged.publish():  # last step: tables and figure move into place only when all of it worked
-    print("wrote", f)
+R.publish()

@@ -22,10 +22,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
 from common.harness import report
 from common.harness.render import Render, paper_numbers
+from firp.tables import (KS, at_least, check_trainings, layer_table, mask_table, method_names, middle_layer,
+                         second_step_table, seen_by, top, topk_frame, topk_table)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -51,36 +52,19 @@ meta = {"model": ", ".join(sorted({r["model"] for r in records})), "profile": pr
         "sources": ", ".join(str(p) for p in inputs)}
 
 
-KS = [1, 2, 3, 4, 5]  # the top-k drawn (tables add top-10 where the records have it)
-
-
-def top(acc, k):
-    """Top-k accuracy from the rank-r hit rates ``acc[r]`` (a guess is right at one rank at most)."""
-    return float(np.sum(acc[:k]))
-
-
-def training(name):
-    """What one sweep training saw, cost and why it ended: 'max steps', 'flat' (the sweep recipe's
-    patience) or 'wall budget' (config ``firp.variants``)."""
-    s = stats[name]
-    return {"train_seqs": s["train_sequences"], "heldout_seqs": s["heldout_sequences"], "steps": s["steps"],
-            "stopped": s["stopped"], "train_min": round(s["train_wall_s"] / 60, 1),
-            "trained_on": s["hardware"].split(", torch")[0]}  # training minutes compare only on one device
-
-
-def check(names, ok, what):
+def check(ok, what):
     """A training of the wrong shape for a figure fails the render, naming it."""
-    bad = [n for n in names if not ok(stats[n])]
-    if bad:
-        raise ValueError(f"{artifact_id}: {', '.join(bad)} {what} (config {profile}: firp.ablation)")
+    check_trainings(stats, ok, f"{what} (config {profile}: firp.ablation)", artifact_id)
 
 
 def claims(key):
+    """Print the paper's claims for figure ``key`` with their citation."""
     for c in paper[key]["claims"]:
         print("paper:", c, f"({paper[key]['cite']})")
 
 
 def title(fig):
+    """Name the model, profile and hardware above a figure."""
     fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
 
 
@@ -110,18 +94,9 @@ meta
 # *K* = 3).
 
 # %% [firp.fig3]
-NAMES = {m: n for m, n in {"firp": "FIRP", "early_exit": "early exit", "medusa": "Medusa",
-                            "medusa_own": "Medusa-1"}.items() if m in {r["method"] for r in topk}}
-df = pd.DataFrame(topk)
-for col in ("train_sequences", "heldout_sequences"):  # what each component trained on, where its record says
-    df[col] = df[col] if col in df else None
-rows = []
-for r in df.itertuples():
-    head = "" if r.method == "firp" else " (shared LM head)" if r.share_lm_head else " (own LM heads)"
-    rows.append({"method": NAMES[r.method] + head, "step": r.step, "N": r.distance, "reads layer": r.layer,
-                 **{f"top{k}": top(r.acc, k) for k in (*KS, 10)}, "component_params": r.params, "train_seqs": r.train_sequences, "trained_steps": r.steps,
-                 "stopped": r.stopped})
-table = pd.DataFrame(rows)
+NAMES = method_names(topk)
+df = topk_frame(topk)
+table = topk_table(df, NAMES)
 K = int(df.step.max())
 fig, axes = plt.subplots(1, K, figsize=(4 * K, 3.8), sharey=True)
 width = 0.8 / len(NAMES)
@@ -137,15 +112,10 @@ np.atleast_1d(axes)[0].set_ylabel("accuracy on the held-out split points")
 title(fig)
 R.save_figure(fig)
 claims("fig3")
-firp_ = df[df.method == "firp"].set_index("step")
-seen = {NAMES[m]: {"train_sequences": g.train_sequences.iloc[0], "heldout_sequences": g.heldout_sequences.iloc[0]}
-        for m, g in df.groupby("method")}  # what each component trained on ("?" where its record does not say)
-seen = {m: {k: ("?" if pd.isna(v) else int(v)) for k, v in d.items()} for m, d in seen.items()}
+seen = seen_by(df, NAMES)  # what each component trained on
 for other in [m for m in NAMES if m != "firp"]:
-    o = df[df.method == other].set_index("step")
-    print(R.trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)",
-                [top(firp_.acc[s], k) >= top(o.acc[s], k) for s in firp_.index for k in KS],
-                mixed=report.mixed_data({m: seen[m] for m in ("FIRP", NAMES[other])})))
+    print(R.trend(f"FIRP >= {NAMES[other]} (every step, top-1..5)", at_least(df, "firp", other),
+                  mixed=report.mixed_data({m: seen[m] for m in ("FIRP", NAMES[other])})))
 # the heads' own held-out numbers (their trainer's positions), where their records are of the heads scored
 scored = {m: g.steps.iloc[0] for m, g in df.groupby("method")}
 for m, s in (("early_exit", early), ("medusa", medusa)):
@@ -164,12 +134,10 @@ R.save_table(table, meta)
 # the low to the middle layers and falling fast above, and picks the middle.
 
 # %% [firp.fig5]
-names = list(stats)
-check(names, lambda s: s["steps_k"] == 1, "must train one step (steps_k 1)")
-table = pd.DataFrame([{"variant": n, "layer": stats[n]["layers"][0], "top1": top(stats[n]["acc"][0], 1),
-                       "top5": top(stats[n]["acc"][0], 5), **training(n)} for n in names]).sort_values("layer")
+check(lambda s: s["steps_k"] == 1, "must train one step (steps_k 1)")
+table = layer_table(stats)
 depth = next(s.get("model_layers") for s in stats.values())
-mid = table.layer.iloc[int(np.argmin(np.abs(table.layer - depth * 15 / 32)))]  # the paper's middle, 15 of 32
+mid = middle_layer(table.layer, depth)  # the paper's middle, 15 of 32
 fig, ax = plt.subplots(figsize=(6, 4))
 for c in ("top1", "top5"):
     ax.plot(table.layer, table[c], marker="o", label=c.replace("top", "top-"))
@@ -200,14 +168,11 @@ R.save_table(table, meta)
 # move).
 
 # %% [firp.fig6]
-names = list(stats)
-check(names, lambda s: s["steps_k"] == 2 and not s["mask_earlier"], "must train two unmasked steps")
-first = {stats[n]["layers"][0] for n in names}
+check(lambda s: s["steps_k"] == 2 and not s["mask_earlier"], "must train two unmasked steps")
+first = {s["layers"][0] for s in stats.values()}
 if len(first) != 1:
     raise ValueError(f"{artifact_id}: step 1's layer must be the same in every training; got {sorted(first)}")
-table = pd.DataFrame([{"variant": n, "step1_layer": stats[n]["layers"][0], "step2_layer": stats[n]["layers"][1],
-                       "step2_top1": top(stats[n]["acc"][1], 1), "step2_top5": top(stats[n]["acc"][1], 5),
-                       "step1_top1": top(stats[n]["acc"][0], 1), **training(n)} for n in names]).sort_values("step2_layer")
+table = second_step_table(stats)
 fig, ax = plt.subplots(figsize=(6, 4))
 for c in ("step2_top1", "step2_top5", "step1_top1"):
     ax.plot(table.step2_layer, table[c], marker="o", ls="--" if c.startswith("step1") else "-",
@@ -236,14 +201,12 @@ R.save_table(table, meta)
 
 # %% [firp.fig7]
 names = list(stats)
-check(names, lambda s: s["steps_k"] >= 2, "must train two steps or more")
+check(lambda s: s["steps_k"] >= 2, "must train two steps or more")
 layers = {tuple(stats[n]["layers"]) for n in names}
 if len(layers) != 1 or sorted(stats[n]["mask_earlier"] for n in names) != [False, True]:
     raise ValueError(f"{artifact_id}: needs one unmasked and one masked training at the same layers; got "
                      f"{ {n: (stats[n]['layers'], stats[n]['mask_earlier']) for n in names} }")
-table = pd.DataFrame([{"setting": "masked" if stats[n]["mask_earlier"] else "not masked", "variant": n,
-                       "layers": str(stats[n]["layers"]), **{f"step2_top{k}": top(stats[n]["acc"][1], k) for k in KS},
-                       "step1_top1": top(stats[n]["acc"][0], 1), **training(n)} for n in names])
+table = mask_table(stats)
 fig, ax = plt.subplots(figsize=(6, 4))
 for j, r in enumerate(table.itertuples()):
     ax.bar(np.arange(len(KS)) + (j - 0.5) * 0.4, [getattr(r, f"step2_top{k}") for k in KS], 0.4, label=r.setting)

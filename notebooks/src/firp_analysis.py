@@ -23,6 +23,7 @@ import pandas as pd
 
 from common.records import read_jsonl
 from common.harness.render import Render, paper_numbers
+from firp.tables import cosine_table
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -36,9 +37,7 @@ meta = {"model": ", ".join(sorted(df.model.unique())), "profile": profile,
 meta
 
 # %% [firp.fig4]
-table = df.pivot_table(index=["step", "layer"], columns="maps_state", values="cosine").reset_index()
-table.columns.name = None
-table[["step", "layer"]] = table[["step", "layer"]].astype(int)
+table = cosine_table(df)
 fig, ax = plt.subplots(figsize=(7, 4))
 for step, g in table.groupby("step"):
     ax.plot(g.layer, g.trained, marker="o", label=f"step {step} trained")

@@ -21,10 +21,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from common.metrics import rouge_2
 from common.harness.render import Render, paper_numbers
-from common.harness.report import components_line, provenance, summarize
-from common.engine.tree_search import best_tree, expected_accept_length
+from common.harness.report import components_line, provenance
+from firp.tables import (accepted_length_table, best_of, draft_params, method_table, mt_bench_table, paper_speedups,
+                         paper_table1, quality_table)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -39,25 +39,7 @@ records = [r for recs in benches.values() for r in recs]
 meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs),
         # the datasets run in different sessions: the same maps and heads in each?
         "components": components_line({f"bench_{k}": v for k, v in benches.items()})}
-# draft parameters (the paper's "draft size"): FIRP's maps, Medusa's heads, none for the others
-DRAFT = {"firp": firp_stats["params"], "medusa": medusa_stats["params"] if medusa_stats else None,
-         "self_speculative": 0, "vanilla": 0}
-
-
-def method(label):
-    return label.split("@")[0]
-
-
-def nodes(label):
-    return int(label.split("@t")[1]) if "@t" in label else None
-
-
-def best_of(s, name):
-    """The fastest tree size of a method in a summary (indexed by decoder)."""
-    rows = s[[method(d) == name for d in s.index]]
-    return rows.speedup.idxmax() if len(rows) else None
-
-
+DRAFT = draft_params(firp_stats, medusa_stats)  # the paper's "draft size" per method
 meta
 
 # %% md [firp.table1]
@@ -68,24 +50,9 @@ meta
 # sets (zero-shot, chat template).
 
 # %% [firp.table1]
-rows = []
-for name in [n for n in benches if n != "mt-bench"]:
-    recs = benches[name]
-    s = summarize(recs).set_index("decoder")
-    df = pd.DataFrame(recs)
-    for m in ("vanilla", "self_speculative", "medusa", "firp"):
-        d = "vanilla" if m == "vanilla" else best_of(s, m)
-        if d is None:
-            continue
-        g = df[df.decoder == d]
-        r2 = rouge_2(list(g.text), list(g.reference)) if g.reference.notna().all() else None
-        rows.append({"dataset": name, "method": m, "decoder": d, "draft_params_m": (DRAFT[m] or 0) / 1e6,
-                     "speedup": s.loc[d, "speedup"], "tau": s.loc[d, "mean_accepted_length"], "rouge2": r2,
-                     "identical": s.loc[d, "identical_to_vanilla"]})
-table = pd.DataFrame(rows)
+table = quality_table(benches, DRAFT)
 print("paper:", paper["table1"]["cite"])
-print(pd.DataFrame([{"model": mdl, "method": mth, **dict(zip(paper["table1"]["columns"], v))}
-                    for mdl, r in paper["table1"]["rows"].items() for mth, v in r.items()]).to_string(index=False))
+print(paper_table1(paper["table1"]).to_string(index=False))
 by = table.pivot_table(index="dataset", columns="method", values="speedup")
 if {"firp", "medusa"} <= set(by.columns):
     pp = [r["firp"][1] > r["medusa"][1] and r["firp"][3] > r["medusa"][3] for r in paper["table1"]["rows"].values()]
@@ -94,12 +61,9 @@ if {"firp", "medusa"} <= set(by.columns):
                   gaps=list(zip(by.firp, by.medusa))))
 # The merged view: each speedup beside the paper's for the dataset it stands in for (its first
 # model's row: the paper's Table 1 reports several models).
-pm = next(iter(paper["table1"]["rows"]))
-pcol = {"summarize": paper["table1"]["columns"].index("xsum_speedup"), "math": paper["table1"]["columns"].index("gsm8k_speedup")}
-prow1 = paper["table1"]["rows"][pm]
-R.beside(table.assign(paper_model=pm, paper_speedup=[
-    next((prow1.get("autoregressive" if m == "vanilla" else m, [None] * 9)[i] for k, i in pcol.items() if k in d), None)
-    for d, m in zip(table.dataset, table.method)]), {"speedup": "paper_speedup"}, ["dataset", "method", "paper_model"])
+pm, paper_speedup = paper_speedups(table, paper["table1"])
+R.beside(table.assign(paper_model=pm, paper_speedup=paper_speedup), {"speedup": "paper_speedup"},
+         ["dataset", "method", "paper_model"])
 R.save_table(table, meta)
 
 # %% md [firp.table2]
@@ -111,13 +75,7 @@ R.save_table(table, meta)
 # n-gram drafter; the other decoders on the same prompts are in `cross.table`.
 
 # %% [firp.table2]
-table = summarize(benches["mt-bench"]).assign(run="firp_bench")
-if lookahead is not None:
-    la = summarize(lookahead)
-    table = pd.concat([table, la[la.decoder != "vanilla"].assign(run="cross lookahead")], ignore_index=True)
-ran_on = {"firp_bench": benches["mt-bench"][0]["device"], "cross lookahead": (lookahead or [{}])[0].get("device")}
-table["ran_on"] = table.run.map(lambda r: (ran_on[r] or "").split(", torch")[0])
-table["draft_params_m"] = [(DRAFT.get(method(d)) or 0) / 1e6 for d in table.decoder]
+table = mt_bench_table(benches["mt-bench"], lookahead, DRAFT)
 print("paper:", paper["table2"]["cite"], paper["table2"]["rows"])
 s = table.set_index("decoder")
 f, m = best_of(s, "firp"), best_of(s, "medusa")
@@ -145,16 +103,7 @@ R.save_table(table, meta)
 # 16, 32 and 63 nodes, beside the τ the tree search expects from the held-out accuracies.
 
 # %% [firp.table3]
-rows = []
-for name, recs in benches.items():
-    s = summarize(recs).set_index("decoder")
-    for d in s.index:
-        if method(d) in ("medusa", "firp") and nodes(d):
-            acc = firp_stats["acc"] if method(d) == "firp" else (medusa_stats or {}).get("accuracy")
-            exp = expected_accept_length(best_tree(acc, nodes(d)), acc) if acc else None
-            rows.append({"dataset": name, "method": method(d), "nodes": nodes(d), "tau": s.loc[d, "mean_accepted_length"],
-                         "tau_expected": exp, "speedup": s.loc[d, "speedup"]})
-table = pd.DataFrame(rows)
+table = accepted_length_table(benches, firp_stats["acc"], (medusa_stats or {}).get("accuracy"))
 wide = table.pivot_table(index=["dataset", "nodes"], columns="method", values="tau")
 print("paper:", paper["table3"]["cite"])
 if {"firp", "medusa"} <= set(wide.columns):
@@ -169,14 +118,7 @@ R.save_table(table, meta)
 
 # %% [firp.fig1]
 (fig1_dataset, fig1_records), = benches.items()  # the rule declares exactly one benchmark run
-s = summarize(fig1_records).set_index("decoder")
-rows = []
-for m in ("self_speculative", "medusa", "firp"):
-    d = best_of(s, m)
-    if d is not None:
-        rows.append({"method": m, "decoder": d, "speedup": s.loc[d, "speedup"], "tau": s.loc[d, "mean_accepted_length"],
-                     "draft_params_m": (DRAFT[m] or 0) / 1e6})
-table = pd.DataFrame(rows)
+table = method_table(fig1_records, DRAFT)
 fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 axes[0].bar(table.method, table.speedup)
 for i, r in table.iterrows():

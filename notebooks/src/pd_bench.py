@@ -18,11 +18,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import pandas as pd
 
 from common.harness.render import Render, paper_numbers
-from common.harness.report import cost_of, limits, provenance, read_cost_curves, stats_match, summarize
-from prompt_decoding.sparse_tree import amortized, best_split, hardware_size, random_tree, static
+from common.harness.report import cost_of, provenance, read_cost_curves
+from prompt_decoding.sparse_tree import best_split, hardware_size
+from prompt_decoding.tables import (PAPER_FIG4, beside_paper_7b, comparison_table, cost_table, hardware_label,
+                                    measured_sizes, memory_table, paper_methods, paper_table1, pd_sizes, speed_table,
+                                    throughput_table, tree_theory)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -41,14 +43,6 @@ meta = {"model": pd_stats["model"], "profile": profile, "device": pd_stats["hard
         "sources": ", ".join(str(p) for p in inputs)}
 draft_stats = R.find("draft_stats.json", required=False)
 eagle_stats = R.find("eagle_stats.json", required=False)
-
-
-def size_of(label):
-    """The tree size of a bench label (prompt_decoding@t24 -> 24, @static24 -> 24)."""
-    tail = label.split("@")[-1]
-    return int("".join(ch for ch in tail if ch.isdigit())) if "@" in label else None
-
-
 meta
 
 # %% md [pd.table1]
@@ -63,25 +57,11 @@ meta
 
 # %% [pd.table1]
 print("paper:", paper["table1"]["cite"])
-ptab = pd.DataFrame([{"model": mdl, "method": meth, **dict(zip(paper["table1"]["columns"], v))}
-                     for mdl, rows in paper["table1"]["rows"].items() for meth, v in rows.items()])
-ptab["speedup"] = ptab.tokens_per_s / ptab.model.map(ptab[ptab.method == "vanilla"].set_index("model").tokens_per_s)
+ptab = paper_table1(paper["table1"])
 print(ptab.to_string(index=False))
 recs = benches["mt-bench"]
-table = summarize(recs)
-lim = limits(recs, curve) if curve is not None else None
-if lim is not None:
-    table = table.merge(lim, on="decoder", how="left")
-steps = pd.DataFrame(recs).groupby("decoder").apply(lambda g: 1000 * g.wall_time.sum() / g.steps.sum(),
-                                                   include_groups=False)
-table["ms_per_step"] = table.decoder.map(steps)
-base_params = pd_stats["params"] / (pd_stats["params_pct_of_base"] / 100)
-table["trainable_pct"] = table.decoder.map(
-    lambda d: pd_stats["params_pct_of_base"] if d.startswith("prompt_decoding")
-    else (100 * medusa_stats["params"] / base_params if d.startswith("medusa") and medusa_stats else 0.0))
-sizes = sorted({size_of(d) for d in table.decoder if d.startswith("prompt_decoding@t")})
-hw = hardware_size(pd_stats["acc"], pd_stats["m"], sizes, ratio)
-table["hardware_choice"] = table.decoder == f"prompt_decoding@t{hw['size']}"
+table = speed_table(recs, curve, pd_stats, medusa_stats, ratio)
+hw = hardware_size(pd_stats["acc"], pd_stats["m"], pd_sizes(table.decoder), ratio)
 trees, _ = best_split(pd_stats["acc"], pd_stats["m"], hw["size"])
 print(f"hardware-aware size: {hw['size']} (predicted tau {hw['tau']:.2f}, T(n)/T(1) {hw['cost']:.2f});",
       "per state: candidates / prompt tokens / input length",
@@ -96,14 +76,7 @@ if len(med):
 print(R.trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
 # The merged view: vanilla, Medusa's best and the hardware-aware prompt decoding beside the
 # paper's Vicuna-7B row (its Table 1's only model with all three).
-pv7 = ptab[ptab.model == "vicuna-7b"].set_index("method")
-picks = {"vanilla": "vanilla", "medusa": med.sort_values("speedup").decoder.iloc[-1] if len(med) else None,
-         "ppd": pdr[pdr.hardware_choice].decoder.iloc[0] if pdr.hardware_choice.any() else None}
-ours7 = table.set_index("decoder")
-R.beside(pd.DataFrame([{"method": k, "decoder": d, "speedup": ours7.loc[d, "speedup"],
-                        "tau": ours7.loc[d, "mean_accepted_length"], "paper_speedup": pv7.loc[k, "speedup"],
-                        "paper_tau": pv7.loc[k, "tau"]} for k, d in picks.items() if d is not None and k in pv7.index]),
-         {"speedup": "paper_speedup", "tau": "paper_tau"}, ["method", "decoder"])
+R.beside(beside_paper_7b(table, ptab), {"speedup": "paper_speedup", "tau": "paper_tau"}, ["method", "decoder"])
 R.save_table(table, meta)
 
 # %% md [pd.fig5]
@@ -113,24 +86,9 @@ R.save_table(table, meta)
 # ShareGPT math set stands in for GSM8K offline.
 
 # %% [pd.fig5]
-def pd_sizes(s):
-    return sorted({size_of(d) for d in s.index if d.startswith("prompt_decoding@t")})
-
-
 # One choice for every dataset: the hardware-aware size among the sizes MT-Bench ran (a dataset
 # that ran fewer sizes, per config bench/decoders_by_dataset, falls back to its own best guess).
-first = summarize(benches["mt-bench"] if "mt-bench" in benches else next(iter(benches.values())))
-choice_all = f"prompt_decoding@t{hardware_size(pd_stats['acc'], pd_stats['m'], pd_sizes(first.set_index('decoder')), ratio)['size']}"
-rows = []
-for name, recs in benches.items():
-    s = summarize(recs).set_index("decoder")
-    choice = (choice_all if choice_all in s.index
-              else f"prompt_decoding@t{hardware_size(pd_stats['acc'], pd_stats['m'], pd_sizes(s), ratio)['size']}")
-    rows.append({"dataset": name, "prompts": int(s.loc["vanilla", "prompts"]),
-                 "vanilla_tok_s": s.loc["vanilla", "tokens_per_s"], "prompt_decoding": choice,
-                 "prompt_decoding_tok_s": s.loc[choice, "tokens_per_s"], "speedup": s.loc[choice, "speedup"],
-                 "tau": s.loc[choice, "mean_accepted_length"], "identical": s.loc[choice, "identical_to_vanilla"]})
-table = pd.DataFrame(rows)
+table = throughput_table(benches, pd_stats, ratio)
 fig, ax = plt.subplots(figsize=(7, 4))
 x = range(len(table))
 ax.bar([i - 0.2 for i in x], table.vanilla_tok_s, width=0.4, label="vanilla")
@@ -156,22 +114,8 @@ R.save_table(table, meta)
 
 # %% [pd.fig8]
 acc, m = pd_stats["acc"], pd_stats["m"]
-grid = list(range(m + 2, 65, 2))
-rows = []
-for n in grid:
-    dyn, r = best_split(acc, m, n)
-    n_c = max(0, n // (m + 1) - 1)  # the largest static tree within n: (n_c + 1) * (m + 1) positions
-    row = {"size": n, "tau_dynamic": r + 1, "tau_random": amortized(random_tree(acc, m, n, seed=0), acc) + 1,
-           "cost": ratio(n)}
-    st = static(acc, m, n_c)
-    row["tau_static"] = amortized(st, acc) + 1 if st[m].size <= n else None
-    row["objective"] = row["tau_dynamic"] / row["cost"]
-    rows.append(row)
-theory = pd.DataFrame(rows)
-s = summarize(benches["mt-bench"]).set_index("decoder")
-meas = pd.DataFrame([{"size": size_of(d), "shape": "static" if "static" in d else "dynamic",
-                      "tau_measured": s.loc[d, "mean_accepted_length"], "speedup_measured": s.loc[d, "speedup"]}
-                     for d in s.index if d.startswith("prompt_decoding@")])
+theory = tree_theory(acc, m, ratio, largest=65)  # sizes up to 64 verified positions
+meas = measured_sizes(benches["mt-bench"])
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
 for col, style in (("tau_dynamic", "-"), ("tau_static", "--"), ("tau_random", ":")):
     axes[0].plot(theory["size"], theory[col], style, label=col.removeprefix("tau_") + " (expected)")
@@ -211,28 +155,17 @@ R.save_table(table, meta)
 # stay in this table and in `cross.table`.
 
 # %% [pd.fig4, pd.fig1]
-runs = {name: summarize(recs).assign(run=name) for name, recs in benches.items()
-        if name == "mt-bench" or name in profile_groups}
-speed = pd.concat(runs.values(), ignore_index=True)
-speed = speed[(speed.decoder != "vanilla") & ~speed.decoder.str.startswith("hf_generate")]  # vanilla's own variants
-pd_sizes_run = sorted({size_of(d) for d in speed.decoder if d.startswith("prompt_decoding@t")})
-hw_label = f"prompt_decoding@t{hardware_size(pd_stats['acc'], pd_stats['m'], pd_sizes_run, ratio)['size']}"
+runs = {name: recs for name, recs in benches.items() if name == "mt-bench" or name in profile_groups}
+hw_label = hardware_label(pd_stats, {r["decoder"] for recs in runs.values() for r in recs}, ratio)
 # one row per decoder: this section's run for Medusa and prompt decoding (the hardware-aware size),
 # the cross groups for the rest
-keep = speed[(speed.run != "mt-bench") & ~speed.decoder.str.startswith(("medusa", "prompt_decoding"))]
-ours = speed[(speed.run == "mt-bench") & (speed.decoder.str.startswith("medusa") | (speed.decoder == hw_label))]
-fig4 = pd.concat([keep, ours], ignore_index=True)
-fig4["lossless"] = fig4.identical_to_vanilla.map(lambda s: s.split("/")[0] == s.split("/")[1])
-fig4 = fig4[["decoder", "run", "speedup", "mean_accepted_length", "tokens_per_s", "identical_to_vanilla", "lossless"]]
-fig4 = fig4.sort_values("speedup", ascending=False).reset_index(drop=True)
+fig4 = comparison_table(runs, hw_label)
 fig4
 
 # %% [pd.fig4]
 for c in paper["fig4"]["claims"]:
     print("paper:", c)
-# the paper's Figure 4 methods (prompt lookup is its PLD); the substitutes stay in the table above
-PAPER_FIG4 = ("prompt_decoding", "medusa", "eagle", "lookahead", "rest", "prompt_lookup")
-fig4 = fig4[fig4.decoder.map(lambda d: d.split("@")[0]).isin(PAPER_FIG4)].reset_index(drop=True)
+fig4 = paper_methods(fig4)  # the paper's Figure 4 methods; the substitutes stay in the table above
 print("not run in this profile:", ", ".join(m for m in PAPER_FIG4 if not fig4.decoder.str.startswith(m).any()) or "none")
 best_medusa = fig4[fig4.decoder.str.startswith("medusa")].speedup.max()
 pd_speed = float(fig4[fig4.decoder == hw_label].speedup.iloc[0])
@@ -270,22 +203,7 @@ R.save_table(fig4, meta)
 # activations are not counted.
 
 # %% [pd.fig7, pd.fig1]
-base_params = pd_stats["params"] / (pd_stats["params_pct_of_base"] / 100)
-extra = [{"method": "prompt_decoding", "component": f"{pd_stats['m']} prompt tokens x {pd_stats['n']} EPT",
-          "params": pd_stats["params"], "train_min": pd_stats["train_wall_s"] / 60}]
-if medusa_stats is not None:
-    extra.append({"method": "medusa", "component": "Medusa heads (shared LM head)", "params": medusa_stats["params"],
-                  "train_min": medusa_stats["train_wall_s"] / 60})
-if draft_stats is not None:
-    extra.append({"method": "speculative", "component": f"draft model ({draft_stats['layers']} layers, shared embeddings/head)",
-                  "params": draft_stats["params_not_shared"], "train_min": draft_stats["train_wall_s"] / 60})
-if eagle_stats is not None:
-    extra.append({"method": "eagle", "component": "EAGLE draft head (fc + 1 decoder layer, shared embeddings/head)",
-                  "params": eagle_stats["params"], "train_min": eagle_stats["train_wall_s"] / 60})
-mem = pd.DataFrame(extra)
-mem["MiB_fp32"] = mem.params * 4 / 2**20
-mem["pct_of_model"] = 100 * mem.params / base_params
-mem["vs_prompt_decoding"] = mem.params / pd_stats["params"]
+mem = memory_table(pd_stats, medusa_stats, draft_stats, eagle_stats)
 mem
 
 # %% [pd.fig7]
@@ -316,20 +234,9 @@ R.save_table(mem, meta)
 # (`no`: the component was retrained after its benchmark; `unknown`: no digest to compare).
 
 # %% [pd.fig1]
-pick = {"prompt_decoding": hw_label,
-        "medusa": fig4[fig4.decoder.str.startswith("medusa")].sort_values("speedup").decoder.iloc[-1],
-        "speculative": "speculative"}
-fig1 = mem.assign(decoder=mem.method.map(pick))
-fig1 = fig1.merge(fig4[["decoder", "speedup", "run"]], on="decoder", how="left")
-free = fig4[fig4.decoder.isin(["prompt_lookup", "self_speculative"])].assign(params=0, MiB_fp32=0.0, train_min=0.0)
-free["method"] = free.decoder
-fig1 = pd.concat([fig1, free[["method", "decoder", "params", "MiB_fp32", "train_min", "speedup", "run"]]],
-                 ignore_index=True)
 # did the speedup's run decode the weights whose training the row shows? (cross.table's same_weights)
-trained_by = {"prompt_decoding": pd_stats, "medusa": medusa_stats, "speculative": draft_stats}
-fig1["same_weights"] = [stats_match(trained_by[m], [r for r in benches[run] if r["decoder"] == d])
-                        if trained_by.get(m) is not None and isinstance(run, str) else None
-                        for m, d, run in zip(fig1.method, fig1.decoder, fig1.run)]
+fig1 = cost_table(mem, fig4, hw_label, benches,
+                  {"prompt_decoding": pd_stats, "medusa": medusa_stats, "speculative": draft_stats})
 for c in paper["fig1"]["claims"]:
     print("paper:", c)
 trained = fig1[fig1.params > 0]

@@ -20,11 +20,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from common.harness.render import Render, paper_numbers
-from common.harness.report import provenance, summarize
+from common.harness.report import provenance
+from prompt_decoding.tables import same_chains, spec_gains, spec_table
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -49,29 +49,7 @@ meta
 # fastest γ of each drafter.
 
 # %%
-def gamma_of(label):
-    return int(label.split("@g")[1]) if "@g" in label else None
-
-
-rows = []
-for dataset, recs in runs.items():
-    s = summarize(recs).set_index("decoder")
-    df = pd.DataFrame(recs)
-    for name, g in df.groupby("decoder", sort=False):
-        ex = pd.DataFrame(list(g.extra))
-        row = {"dataset": dataset, "decoder": name, "drafter": name.split("@")[0], "gamma": gamma_of(name),
-               "prompts": int(s.loc[name, "prompts"]), "tokens_per_s": s.loc[name, "tokens_per_s"],
-               "speedup": s.loc[name, "speedup"], "tau": s.loc[name, "mean_accepted_length"],
-               "identical_to_vanilla": s.loc[name, "identical_to_vanilla"]}
-        if "draft_forwards" in ex:
-            drafted = sum(sum(p) for p in ex.proposed)
-            row.update({"draft_tokens_per_forward": drafted / ex.draft_forwards.sum(),
-                        "draft_ms_per_step": 1000 * ex.draft_forward_s.sum() / g.steps.sum(),
-                        "target_ms_per_step": 1000 * ex.target_forward_s.sum() / g.steps.sum()})
-        rows.append(row)
-table = pd.DataFrame(rows)
-best = table[table.gamma.notna()].groupby(["dataset", "drafter"]).tokens_per_s.idxmax()
-table["best"] = table.index.isin(best.values)
+table = spec_table(runs)
 table
 
 # %% md
@@ -83,14 +61,7 @@ table
 print("paper:", paper["cite"])
 for c in paper["claims"]:
     print("paper:", c)
-pairs = []
-for dataset, t in table[table.best].groupby("dataset"):
-    b = t.set_index("drafter")
-    pairs.append({"dataset": dataset, "speculative": b.loc["speculative", "decoder"],
-                  "pd_speculative": b.loc["pd_speculative", "decoder"],
-                  "gain": b.loc["pd_speculative", "tokens_per_s"] / b.loc["speculative", "tokens_per_s"],
-                  "paper_gain": paper["speedup_over_speculative"]})
-pairs = pd.DataFrame(pairs)
+pairs = spec_gains(table, paper["speedup_over_speculative"])
 print(pairs.to_string(index=False))
 print(R.trend("prompt decoding in the draft is faster than speculative decoding alone (best gamma each)",
               pairs.gain > 1.0, over=f"gains {pairs.gain.min():.2f}-{pairs.gain.max():.2f}x over {len(pairs)} run(s)"))
@@ -98,12 +69,7 @@ print(R.trend("the draft's prompt tokens make more than one draft token per draf
             table[table.drafter == "pd_speculative"].draft_tokens_per_forward > 1.0))
 print(R.trend("every output equals vanilla's", [s.split("/")[0] == s.split("/")[1] for s in table.identical_to_vanilla]))
 # Same gamma, same chains: the accepted lengths of every step of every prompt agree.
-same = []
-for dataset, recs in runs.items():
-    acc = {(r["decoder"], r["question_id"]): r["accept_lengths"] for r in recs}
-    for g in set(table.gamma.dropna()):
-        a, b = f"speculative@g{int(g)}", f"pd_speculative@g{int(g)}"
-        same += [acc[(a, q)] == acc[(b, q)] for (d, q) in acc if d == a and (b, q) in acc]
+same = same_chains(runs, table.gamma.dropna())
 print(R.trend("at equal gamma both drafters' steps accept the same lengths (the same chains)", same))
 R.save_table(table, meta)
 

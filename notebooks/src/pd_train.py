@@ -28,6 +28,8 @@ import pandas as pd
 from common.harness import report
 from common.records import read_jsonl
 from common.harness.render import Render, paper_numbers
+from prompt_decoding.tables import (COLS, ablation_table, accumulated, accumulated_table, epochs, ept_table,
+                                    loss_table, no_better, paper_no_better, plain, recipe_table, rising)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -39,16 +41,7 @@ curves = {Path(p).name.removeprefix("train_").removesuffix("_curve.jsonl"): pd.D
 medusa = next((json.loads(Path(p).read_text()) for p in inputs if p.endswith("medusa_stats.json")), None)
 ref_name = next(iter(stats))                 # the first training an artifact compares: its reference
 main = stats.get("main", stats[ref_name])
-EXTRAS = ("aggregation", "head", "prefix", "exits", "init_from")  # appendix options (stats carry them when set)
-
-
-def plain(s):
-    """The paper's method, differing from main at most in the EPT count."""
-    return (s["mask"] == "ensemble" and s["distill"] and not any(k in s for k in EXTRAS)
-            and s["config"]["batch_size"] == main["config"]["batch_size"])
-
-
-by_n = dict(sorted((s["n"], name) for name, s in stats.items() if plain(s)))
+by_n = dict(sorted((s["n"], name) for name, s in stats.items() if plain(s, main)))
 # the artifact's trainings are the rows its verdicts compare: trained on different data, they test nothing
 MIXED = report.mixed_data(stats)
 meta = {"model": main["model"], "profile": profile,
@@ -60,45 +53,9 @@ meta = {"model": main["model"], "profile": profile,
         "sources": ", ".join(str(p) for p in inputs)}
 
 
-def accumulated(acc):
-    """``[d][k]`` top-(k+1) accuracy from per-rank accuracies ``[d][r]``."""
-    return np.cumsum(np.asarray(acc), axis=1)
-
-
-COLS = ["acc1_top1", "acc1_top5", "acc2_top1", "acc2_top5"]
-
-
-def acc_cols(s):
-    """The appendix tables' four numbers (distance 1 and 2, top-1 and top-5) of a training,
-    on every cut of the held-out answers, and what it cost."""
-    a = accumulated(s["acc"])
-    return {**dict(zip(COLS, [a[0, 0], a[0, 4], a[1, 0], a[1, 4]])), "train_seqs": s["train_sequences"],
-            "heldout_seqs": s["heldout_sequences"], "steps": s["steps"], "stopped": s["stopped"],
-            "train_min": round((s["train_wall_s"] + (s.get("stage1_wall_s") or 0)) / 60, 1), "params": s["params"],
-            # where it trained: accuracies compare across devices (same recipe and data, fp32),
-            # training minutes do not
-            "trained_on": s["hardware"].split(", torch")[0]}
-
-
-def ablation_table(key, paper_rows):
-    """Ours per training (in the ablation's order) beside the paper's row of the same setting
-    (``key(stats) -> the paper's row name``)."""
-    rows = [{"variant": name, "setting": key(s), **acc_cols(s)} for name, s in stats.items()]
-    t = pd.DataFrame(rows)
-    for c_i, c in enumerate(COLS):
-        t[f"paper_{c}"] = [paper_rows.get(k, [None] * 4)[c_i] for k in t.setting]
-    return t
-
-
-def no_better(t, a, b):
-    """Per metric: is setting ``b`` at most as accurate as setting ``a``."""
-    ra, rb = t[t.setting == a].iloc[0], t[t.setting == b].iloc[0]
-    return [rb[c] <= ra[c] for c in COLS]
-
-
 def paper_trend(name, a, b):
-    pr = paper[name]["rows"]
-    return [pr[b][i] <= pr[a][i] for i in range(4)]
+    """:func:`no_better` on the paper's table ``name``."""
+    return paper_no_better(paper[name]["rows"], a, b)
 
 
 meta
@@ -116,18 +73,8 @@ meta
 # then says so and counts no test).
 
 # %% [pd.table2]
-cols = COLS
-ours = pd.DataFrame([{"EPTs": n, "variant": name, **acc_cols(stats[name])} for n, name in by_n.items()])
-pp = pd.DataFrame([{"EPTs": int(n), **dict(zip(paper["table2"]["columns"], v))} for n, v in paper["table2"]["rows"].items()])
-table = ours.merge(pp.rename(columns={c: f"paper_{c}" for c in cols}), on="EPTs", how="left")
+table, ours, pp = ept_table(stats, by_n, paper["table2"])
 print("paper:", paper["table2"]["cite"])
-
-
-def rising(df):
-    df = df.sort_values("EPTs")
-    return [b >= a for c in cols for a, b in zip(df[c], df[c][1:])]
-
-
 print(R.trend("accuracy does not fall as EPTs grow (each metric, consecutive EPT counts)", rising(ours), rising(pp),
               mixed=MIXED))
 R.save_table(table, meta)
@@ -145,16 +92,7 @@ R.save_table(table, meta)
 A = accumulated(main["acc"])
 m = A.shape[0]
 most = by_n[max(by_n)]
-rows = []
-for d in range(m):
-    for k in (1, 3, 5, 10):
-        row = {"distance": d + 1, "top_k": k, "prompt_tokens": A[d, k - 1]}
-        if medusa is not None and d < len(medusa["accuracy"]):
-            row["medusa_head"] = accumulated(medusa["accuracy"])[d, k - 1]
-        if most != "main":
-            row[f"prompt_tokens_{stats[most]['n']}ept"] = accumulated(stats[most]["acc"])[d, k - 1]
-        rows.append(row)
-table = pd.DataFrame(rows)
+table = accumulated_table(main, medusa, stats[most] if most != "main" else None)
 for c in paper["fig6"]["claims"]:
     print("paper:", c)
 if "medusa_head" in table:
@@ -194,16 +132,11 @@ R.save_table(table, meta)
 
 # %% [pd.fig9]
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-rows = []
 for n, name in by_n.items():
     c = curves[name]
-    ep = c.examples_seen / stats[name]["train_sequences"]
+    ep = epochs(c, stats[name])
     axes[0].plot(ep[1:], c.train_loss[1:], marker=".", label=f"{n} EPT{'s' if n > 1 else ''}")
     axes[1].plot(ep, c.heldout_top1.map(lambda v: v[0]), marker=".", label=f"{n} EPT{'s' if n > 1 else ''}")
-    rows.append({"EPTs": n, "first_loss": c.train_loss.iloc[1] if len(c) > 1 else None,
-                 "last_loss": c.train_loss.iloc[-1], "min_loss": c.train_loss[1:].min(), "epochs": float(ep.iloc[-1]),
-                 "top1_start": c.heldout_top1.iloc[0][0], "top1_end": c.heldout_top1.iloc[-1][0],
-                 "stopped": stats[name]["stopped"]})
 axes[0].set_ylabel("training loss (eq. 1)")
 axes[1].set_ylabel("held-out top-1 @1")
 for a in axes:
@@ -211,7 +144,7 @@ for a in axes:
     a.legend(fontsize=7)
 fig.suptitle(f"{meta['model']}, {meta['profile']}, {meta['hardware']}", fontsize=9)
 R.save_figure(fig)
-table = pd.DataFrame(rows)
+table = loss_table(stats, curves, by_n)
 for c in paper["fig9"]["claims"]:
     print("paper:", c)
 one, many = table.iloc[0], table.iloc[-1]
@@ -233,37 +166,10 @@ R.save_table(table, meta)
 # and the reference at each whole epoch it completed (none where it trains on less than one).
 
 # %% [pd.table3]
-rows = []
-for name, s in stats.items():
-    rows.append({"variant": name, "EPTs": s["n"], "KD": s["distill"], "batch": s["config"]["batch_size"],
-                 "train_seqs": s["train_sequences"],
-                 "epochs": round(s["steps"] * s["config"]["batch_size"] / s["train_sequences"], 2),
-                 "steps": s["steps"], "stopped": s["stopped"],  # a wall budget may end one row before its step limit
-                 "measured_on": f"{s['heldout_sequences']} held-out answers", **acc_cols(s)})
-c = curves[ref_name]
-ep = c.examples_seen / stats[ref_name]["train_sequences"]
-for e in range(1, int(ep.max()) + 1):
-    r = c.loc[(ep - e).abs().idxmin()]
-    rows.append({"variant": f"{ref_name} (curve)", "EPTs": stats[ref_name]["n"], "KD": stats[ref_name]["distill"],
-                 "batch": stats[ref_name]["config"]["batch_size"], "epochs": round(float(ep[r.name]), 2),
-                 "measured_on": "the curve's held-out subset", "acc1_top1": r.heldout_top1[0], "acc1_top5": r.heldout_top5[0],
-                 "acc2_top1": r.heldout_top1[1], "acc2_top5": r.heldout_top5[1], "steps": int(r.step)})
 # The paper compares batch sizes at equal epochs; a step limit or a wall budget ends the two
 # trainings at different sequences seen, so both are also read off their curves where they had
 # seen the same number of sequences (the fewer of the two), on the curve's held-out subset.
-batch = [n for n, s in stats.items() if s["config"]["batch_size"] != stats[ref_name]["config"]["batch_size"]]
-equal = {}
-for name in batch:
-    seen = int(min(curves[ref_name].examples_seen.max(), curves[name].examples_seen.max()))
-    for n in (ref_name, name):
-        r = curves[n].loc[(curves[n].examples_seen - seen).abs().idxmin()]
-        equal[(name, n)] = {"variant": f"{n} (curve, {int(r.examples_seen)} seen)", "EPTs": stats[n]["n"],
-                            "KD": stats[n]["distill"], "batch": stats[n]["config"]["batch_size"],
-                            "epochs": round(int(r.examples_seen) / stats[n]["train_sequences"], 2), "steps": int(r.step),
-                            "measured_on": "the curve's held-out subset", "acc1_top1": r.heldout_top1[0],
-                            "acc1_top5": r.heldout_top5[0], "acc2_top1": r.heldout_top1[1], "acc2_top5": r.heldout_top5[1]}
-        rows.append(equal[(name, n)])
-table = pd.DataFrame(rows)
+table, equal, batch = recipe_table(stats, curves, ref_name)
 pp = pd.DataFrame(paper["table3"]["rows"], columns=paper["table3"]["columns"])
 print("paper:", paper["table3"]["cite"])
 print(pp.to_string(index=False))
@@ -301,7 +207,7 @@ R.save_table(table, meta)
 
 # %% [pd.table4]
 key = lambda s: "with prefix tuning" if s.get("prefix") else "without prefix tuning"
-table = ablation_table(key, paper["table4"]["rows"])
+table = ablation_table(stats, key, paper["table4"]["rows"])
 print("paper:", paper["table4"]["cite"])
 print(R.trend("prefix tuning does not help (each metric)", no_better(table, "without prefix tuning", "with prefix tuning"),
             paper_trend("table4", "without prefix tuning", "with prefix tuning"), mixed=MIXED))
@@ -318,7 +224,7 @@ R.save_table(table, meta)
 # %% [pd.table5]
 key = lambda s: ("custom head, 2-stage" if s.get("init_from") else "custom head, 1-stage") if s.get("head") \
     else "without custom head"
-table = ablation_table(key, paper["table5"]["rows"])
+table = ablation_table(stats, key, paper["table5"]["rows"])
 print("paper:", paper["table5"]["cite"])
 print(R.trend("1-stage is below no custom head (each metric)", no_better(table, "without custom head", "custom head, 1-stage"),
             paper_trend("table5", "without custom head", "custom head, 1-stage"), mixed=MIXED))
@@ -333,7 +239,7 @@ R.save_table(table, meta)
 # and encoder-like (also every EPT of its own prompt token), at the most EPTs trained here.
 
 # %% [pd.table6]
-table = ablation_table(lambda s: s["mask"], paper["table6"]["rows"])
+table = ablation_table(stats, lambda s: s["mask"], paper["table6"]["rows"])
 print("paper:", paper["table6"]["cite"])
 for other in ("decoder", "encoder"):
     if other in set(table.setting):
@@ -346,7 +252,7 @@ R.save_table(table, meta)
 # Learned weights: a trained scalar per EPT (started at 1/n, the average), `p = sum_i w_i p_i`.
 
 # %% [pd.table7]
-table = ablation_table(lambda s: s.get("aggregation", "average"), paper["table7"]["rows"])
+table = ablation_table(stats, lambda s: s.get("aggregation", "average"), paper["table7"]["rows"])
 print("paper:", paper["table7"]["cite"])
 print(R.trend("the average >= learned weights (each metric)", no_better(table, "average", "learned"),
             paper_trend("table7", "average", "learned"), mixed=MIXED))
@@ -359,7 +265,7 @@ R.save_table(table, meta)
 # checkpoints (an accuracy ablation, as in the paper).
 
 # %% [pd.table8]
-table = ablation_table(lambda s: s.get("exits", 1), {int(k): v for k, v in paper["table8"]["rows"].items()})
+table = ablation_table(stats, lambda s: s.get("exits", 1), {int(k): v for k, v in paper["table8"]["rows"].items()})
 print("paper:", paper["table8"]["cite"])
 for k in sorted(set(table.setting) - {1}):
     print(R.trend(f"{k} exits do not help (each metric)", no_better(table, 1, k),

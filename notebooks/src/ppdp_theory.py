@@ -18,7 +18,7 @@ import pandas as pd
 
 from ppd_pipelined import theory
 from ppd_pipelined.decoding import run_lengths
-from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance, ranks_frame
+from ppd_pipelined.tables import LABEL, Render, falls_with_k, paper_numbers, provenance, ranks_frame, tradeoff_table
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 TASKS, KS, mid = list(R.cfg.tasks), list(R.cfg.ks), R.cfg.mid_layer
@@ -34,25 +34,9 @@ print(f"{len(greedy)} generations; d = {depth}, d/2 layer = {mid}")
 # match rates (layer 20 of 40); through them our code gives the range the paper quotes.
 
 # %% [ppdp.fig3, ppdp.fig4]
-frac = mid / depth
 t2, quoted = paper_numbers("table2"), paper_numbers("fig3-4")
 paper_p = {(t, k, c): v[t2["layers"].index(quoted["layer"])] / 100 for t, k, c, *v in t2["rows"]}
-rows = []
-for t in TASKS:
-    for c in sorted(G.classifier.unique()):
-        g = G[(G.task == t) & (G.classifier == c) & (G.layer == mid)]
-        for k in KS:
-            p = float((g["rank"] < k).mean())
-            pp = paper_p.get((t, k, c), np.nan)  # nan == nan is False: no paper value for this row
-            rows.append({"dataset": LABEL[t], "trained": c, "k": k, "p_correct": round(p, 4),
-                         "latency_per_token": theory.per_token_latency(p, d_bar_frac=frac),
-                         "compute_per_time_unit": theory.compute_per_time_unit(p, k, d_bar_frac=frac),
-                         "compute_per_token": theory.compute_per_token(p, k, d_bar_frac=frac),
-                         "paper_p_correct": pp,
-                         "paper_latency_per_token": theory.per_token_latency(pp) if pp == pp else np.nan,
-                         "paper_compute_per_time_unit": theory.compute_per_time_unit(pp, k) if pp == pp else np.nan,
-                         "paper_compute_per_token": theory.compute_per_token(pp, k) if pp == pp else np.nan})
-table = pd.DataFrame(rows)
+table = tradeoff_table(G, TASKS, KS, mid, depth, paper_p)
 
 # %% [ppdp.fig3]
 x, xlabel = "compute_per_time_unit", "average compute per time unit (eq. 5; greedy = 1)"
@@ -78,13 +62,6 @@ clo, chi = table.paper_compute_per_time_unit.min(), table.paper_compute_per_time
 check = (f"eq. 3 and 5 at the paper's p give latency {lo:.3f}-{hi:.3f} and compute {clo:.3f}-{chi:.3f} "
          f"(Section 4.3 quotes {quoted['latency_per_token'][0]}-{quoted['latency_per_token'][1]} and "
          f"{quoted['compute_per_time_unit'][0]}-{quoted['compute_per_time_unit'][1]})")
-
-
-def falls_with_k(df, col):
-    """Per (dataset, head): does the latency fall as k grows?"""
-    return [b <= a for _, g in df.groupby(["dataset", "trained"]) for a, b in zip(g.sort_values("k")[col][:-1],
-                                                                                   g.sort_values("k")[col][1:])]
-
 
 line = R.trend("latency per token falls as k grows", falls_with_k(table, "latency_per_token"),
              falls_with_k(table, "paper_latency_per_token"))

@@ -21,23 +21,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.config import (AA_LABEL, Staged, artifact_inputs, bench_decoders, check_inputs, labels_config, load_profile,
-                           placeholder, study_section)
+from common.config import AA_LABEL, bench_decoders, labels_config, placeholder
+from common.workflow.artifacts import study_section
 from common.records import read_jsonl
-from common.harness.render import close_with, show
-from common.harness.report import (aa_spread, check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
-                           limits, noise_line, provenance, read_cost_curves, stats_match, step_positions, summarize,
-                           write_table)
+from common.harness.cross_tables import fastest_lines, per_category
+from common.harness.render import Render
+from common.harness.report import (check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
+                                   limits, noise_line, provenance, read_cost_curves, stats_match, step_positions,
+                                   summarize)
 from common.harness.specbench import category_of, export
 
-base = Path(results_root) / package
-P = dataclasses.replace(load_profile(None, profile), results_root=results_root)
-if inputs is None:  # run by hand: the same list the rule declares, for this results root
-    inputs = artifact_inputs(P, artifact_id)
-inputs = check_inputs(inputs)
+R = Render(artifact_id, results_root, package, profile, inputs)
+P = dataclasses.replace(R.profile, results_root=results_root)
 study = study_section(P)
 runs = {}  # dataset -> its run's records, question ids made unique across datasets
-for p in sorted(Path(p) for p in inputs if Path(p).name.startswith("study_")):
+for p in sorted(Path(p) for p in R.inputs if Path(p).name.startswith("study_")):
     recs = read_jsonl(p)
     ds = p.stem.removeprefix("study_")
     labels = [*bench_decoders(study["bench"], ds), AA_LABEL]
@@ -49,10 +47,9 @@ for p in sorted(Path(p) for p in inputs if Path(p).name.startswith("study_")):
 records = [r for recs in runs.values() for r in recs]
 decoders = [d for d in dict.fromkeys(r["decoder"] for r in records) if d != "vanilla"]
 categories = list(dict.fromkeys(r["category"] for r in records))
-meta = {"artifact": artifact_id, **provenance(records), "sources": ", ".join(f"cross/raw/study_{d}.jsonl" for d in runs)}
+meta = {**provenance(records), "sources": ", ".join(f"cross/raw/study_{d}.jsonl" for d in runs)}
 meta["noise"] = noise_line(runs)
 meta["components"] = components_line(runs)  # the datasets run in several sessions: the same weights in each?
-staged = Staged({"tables": base / "tables", "figures": base / "figures", "specbench": base / "specbench"})
 meta
 
 # %% md
@@ -62,50 +59,9 @@ meta
 # `identical` counts outputs equal to vanilla's (greedy, fp32): every method is lossless but `bild`
 # away from rollback threshold 0, marked `lossy`.
 
-
 # %%
-def per_category() -> pd.DataFrame:
-    """Long table: one row per (category, decoder) with speedup, interval, tau and identity; the
-    category's A/A spread beside it; then the overall rows."""
-    rows = []
-    for cat in [*categories, "overall"]:
-        recs = records if cat == "overall" else [r for r in records if r["category"] == cat]
-        t = summarize(recs)
-        t.insert(0, "category", cat)
-        t["aa_spread"] = aa_spread(recs)
-        rows.append(t[t.decoder != "vanilla"])
-    out = pd.concat(rows, ignore_index=True)
-    # a method property: identical to vanilla on every prompt of the study (a lossy method that happens
-    # to match on one category's prompts is still lossy there)
-    overall = out[out.category == "overall"]
-    exact = {d: s.split("/")[0] == s.split("/")[1] for d, s in zip(overall.decoder, overall.identical_to_vanilla)}
-    out["lossless"] = out.decoder.map(exact)
-    return out
-
-
-long = per_category()
+long = per_category(records, categories)
 ov = long[long.category == "overall"].set_index("decoder")  # the overall rows, by decoder
-
-
-def fastest_lines(long: pd.DataFrame) -> list[str]:
-    """Per category: the fastest lossless method, its speedup and its margin over the next one,
-    against the category's A/A spread (a margin within it is a tie)."""
-    lines = []
-    for cat, t in long[(long.decoder != AA_LABEL) & long.lossless].groupby("category", sort=False):
-        t = t.sort_values("speedup", ascending=False)
-        first = t.iloc[0]
-        spread = first.aa_spread
-        if len(t) > 1:
-            second = t.iloc[1]
-            margin = first.speedup - second.speedup
-            tie = spread is not None and not pd.isna(spread) and margin <= spread * first.speedup
-            lines.append(f"{cat}: fastest lossless {first.decoder} {first.speedup:.2f}x, ahead of {second.decoder} "
-                         f"by {margin:.2f}" + (" (within the A/A spread: a tie)" if tie else "")
-                         + ("" if pd.isna(spread) else f", A/A spread {100 * spread:.1f}%"))
-        else:
-            lines.append(f"{cat}: only lossless method {first.decoder} {first.speedup:.2f}x")
-    return lines
-
 
 # %% [study.table]
 import matplotlib
@@ -124,7 +80,6 @@ table["tau"] = overall.mean_accepted_length.to_numpy()
 table["identical"] = overall.identical_to_vanilla.to_numpy()
 table["lossless"] = ["yes" if x else "lossy" for x in overall.lossless]
 verdict = "; ".join(fastest_lines(long))
-write_table(table, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
 
 fig, ax = plt.subplots(figsize=(1.1 * wide.shape[1] + 3, 0.42 * wide.shape[0] + 1.5))
 values = wide.to_numpy(dtype=float)
@@ -141,18 +96,16 @@ ax.set_yticks(range(wide.shape[0]), [d + ("" if ok else " (lossy)") for d, ok in
 ax.set_title(f"speedup over vanilla (same run), {meta.get('model')}, {meta.get('profile')}\n{meta.get('device')}",
              fontsize=8)
 fig.colorbar(im, ax=ax, shrink=0.8, label="speedup")
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-show(fig)
+R.save_figure(fig)
 
 # The Spec-Bench export: one answer file per label, Spec-Bench's fields and category names, so its
 # evaluation/speed.py (--file-path <label>.jsonl --base-path vanilla.jsonl) and equal.py read them.
-written = export(records, staged.dir("specbench"), name=lambda r: f"{r['decoder']}.jsonl")
+written = export(records, R.stage("specbench"), name=lambda r: f"{r['decoder']}.jsonl")
 print("Spec-Bench export:", json.dumps(written))
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: it is this project's own, every method on one model, prompt set and "
-           "machine. Spec-Bench's leaderboard (its models and GPUs) ranks the same methods; our records, exported "
-           "in its format beside this table, can be scored by its own scripts.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("No paper reports this comparison: it is this project's own, every method on one model, prompt set "
+                   "and machine. Spec-Bench's leaderboard (its models and GPUs) ranks the same methods; our records, "
+                   "exported in its format beside this table, can be scored by its own scripts.")
+R.save_table(table, {**meta, "verdict": verdict})  # the verdict after the sources, as the table has always put it
 
 # %% [study.detail]
 detail = long[["category", "decoder", "prompts", "new_tokens", "tokens_per_s", "speedup", "speedup_lo", "speedup_hi",
@@ -160,10 +113,9 @@ detail = long[["category", "decoder", "prompts", "new_tokens", "tokens_per_s", "
 lossy = sorted({d for d, ok in zip(long.decoder, long.lossless) if not ok})
 verdict = (f"{len(decoders) - 1} methods x {len(categories)} categories; not identical to greedy on every prompt: "
            f"{', '.join(lossy) or 'none'}; " + "; ".join(fastest_lines(long)))
-write_table(detail, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: it is this project's own (Spec-Bench's table shape, with intervals).")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("No paper reports this comparison: it is this project's own (Spec-Bench's table shape, with "
+                   "intervals).")
+R.save_table(detail, {**meta, "verdict": verdict})
 
 # %% md
 # Beside Spec-Bench's published leaderboard (`common/harness/specbench_leaderboard.yaml`, from its
@@ -200,11 +152,9 @@ sb_meta = {**meta, "specbench": f"{src['repo']} {src['path']} at {src['commit'][
            + "; ".join(f"{n}: {b['model']}, {b['device']}" for n, b in lb["boards"].items()),
            "methods": ", ".join(f"{m} = {lab}" for m, lab in lb["methods"].items()),
            "verdict": "; ".join(lines)}
-write_table(ranks, artifact_id, staged.dir("tables"), sb_meta)
-close_with(artifact_id, sb_meta,
-           "Spec-Bench's leaderboard is the published comparison of these methods: its orders stand beside ours; "
-           "its speedups (other models, GPUs) do not compare with ours and are not shown as if they did.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("Spec-Bench's leaderboard is the published comparison of these methods: its orders stand beside "
+                   "ours; its speedups (other models, GPUs) do not compare with ours and are not shown as if they did.")
+R.save_table(ranks, sb_meta)
 
 # %% md
 # Verified positions per step: a tree or chain decoder verifies q positions in one target forward (its
@@ -220,7 +170,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-curve = read_cost_curves(inputs)  # one curve per host: the study's own is read
+curve = read_cost_curves(R.inputs)  # one curve per host: the study's own is read
 fits = len({r["device"] for r in records}) == 1 and curve_fits(curve, records[0]["device"])
 lim = limits(records, curve).set_index("decoder") if fits else None
 rows = []
@@ -261,17 +211,14 @@ a2.set_xlabel("verified positions per step (mean)")
 a2.set_ylabel("speedup over vanilla (same run)")
 a2.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, all categories\n{meta.get('device')}", fontsize=8)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-show(fig)
+R.save_figure(fig)
 above = [r.decoder for r in pos.itertuples() if r.step_cost is not None and not pd.isna(r.step_cost) and r.tau > r.step_cost]
 verdict = (f"{len(pos)} decoders record their proposals; "
            + (f"tau above the step cost (can beat vanilla here): {', '.join(above) or 'none'}" if fits else
               "the cost curve was measured on other hardware than the study: no break-even curve"))
-write_table(pos, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: it is this project's own, every tree and chain decoder against this "
-           "machine's cost curve.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("No paper reports this comparison: it is this project's own, every tree and chain decoder against "
+                   "this machine's cost curve.")
+R.save_table(pos, {**meta, "verdict": verdict})
 
 # %% md
 # What each method costs besides decoding: the extra parameters of its trained component and the
@@ -292,7 +239,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 stats_paths = {s: Path(results_root) / p for s, p in study["stats"].items()}
-stats = {s: json.loads(p.read_text()) for s, p in stats_paths.items() if str(p) in inputs}
+stats = {s: json.loads(p.read_text()) for s, p in stats_paths.items() if str(p) in R.inputs}
 options = labels_config(P, study["bench"]["decoders"])
 extra_mem = extra_memory(records)  # None throughout for records that predate mem_growth_bytes
 rows = []
@@ -326,8 +273,7 @@ if not cost.extra_mem_mib.notna().any():
     a2.text(0.5, 0.5, "not in these records\n(they predate mem_growth_bytes)", ha="center", va="center",
             transform=a2.transAxes, fontsize=8)
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}\n{meta.get('device')}", fontsize=8)
-fig.savefig(staged.dir("figures") / f"{artifact_id}.png", dpi=120, bbox_inches="tight")
-show(fig)
+R.save_figure(fig)
 free = cost[cost.component.isna()].sort_values("speedup", ascending=False)
 trained = cost[cost.component.notna()].sort_values("speedup", ascending=False)
 verdict = (f"fastest with nothing trained: {free.decoder.iloc[0]} {free.speedup.iloc[0]:.2f}x" if len(free) else
@@ -335,11 +281,8 @@ verdict = (f"fastest with nothing trained: {free.decoder.iloc[0]} {free.speedup.
     f"; fastest trained: {trained.decoder.iloc[0]} {trained.speedup.iloc[0]:.2f}x" if len(trained) else "") + "".join(
     f"; benchmarked on other weights than its component's training: {', '.join(d)}"
     for d in [list(cost.decoder[cost.same_weights == "no"])] if d)
-write_table(cost, artifact_id, staged.dir("tables"), {**meta, "verdict": verdict})
-close_with(artifact_id, {**meta, "verdict": verdict},
-           "No paper reports this comparison: it is this project's own.")
-print((staged.dir("tables") / f"{artifact_id}.md").read_text())
+R.no_paper_numbers("No paper reports this comparison: it is this project's own.")
+R.save_table(cost, {**meta, "verdict": verdict})
 
 # %%
-for f in staged.publish():  # last step: tables, figures and the export move into place only when all of it worked
-    print("wrote", f)
+R.publish()  # last step: tables, figures and the export move into place only when all of it worked

@@ -1,0 +1,311 @@
+"""Damaged inputs end in one ``error:`` line, never a traceback: every reader of a file this
+repository writes (trained checkpoints, the REST datastore, corpus shards, records, draft
+vocabularies, released heads) turns a truncated or garbage file into one UserError naming the
+file and what to do; the CLIs that read them exit 2 with that one short line and write nothing.
+Tiny files and tiny random models only."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.checkpoints import check_meta, load_trained, read_trained, save_trained
+from common.checks import differences
+from common.errors import UserError, cli_main
+from common.paths import REASON_CHARS, load_or_error, short_reason
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINE = 300  # an error line a user reads at a glance (the issue measured 1,751 characters)
+DAMAGE = ["truncated", "garbage"]
+
+
+def damage(path: Path, how: str) -> None:
+    """Cut ``path`` to 40 % of its bytes (a kill or a full disk mid-copy; not a half, which would
+    end a file of equal lines on a line's end) or replace them with bytes no loader accepts
+    (another file copied over it)."""
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) * 2 // 5] if how == "truncated" else b"\x80\x03garbage\x00\xff" * 8)
+
+
+def one_error(fn, path: Path, *must: str) -> str:
+    """``fn()`` raises one UserError naming ``path`` and each of ``must``; returns its text."""
+    with pytest.raises(UserError) as e:
+        fn()
+    msg = str(e.value)
+    assert str(path) in msg and "\n" not in msg and len(f"error: {msg}") < MAX_LINE, msg
+    for m in must:
+        assert m in msg, msg
+    return msg
+
+
+def cli(main, argv, capsys) -> str:
+    """Run an entry point in-process under cli_main: exit 2, exactly one stderr line, starting
+    with ``error:`` and under :data:`MAX_LINE` characters; returns it."""
+    with pytest.raises(SystemExit) as e:
+        cli_main(lambda: main(argv))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    assert len(err[0]) < MAX_LINE, err[0]
+    return err[0]
+
+
+# ---------------------------------------------------------------- the shared helper
+
+def test_load_or_error_names_the_file_and_the_fix(tmp_path):
+    f = tmp_path / "x.bin"
+    one_error(lambda: load_or_error(f, Path.read_bytes, "blob", "make one"), f, "does not exist; make one")
+    f.write_bytes(b"{")
+    msg = one_error(lambda: load_or_error(f, lambda p: json.loads(p.read_text()), "blob", "make one"), f,
+                    "blob", "is damaged or unreadable (JSONDecodeError: ", "; make one")
+    assert msg.endswith("; make one")
+
+    def own_check(p):
+        raise UserError("the loader's own words")
+    with pytest.raises(UserError, match="^the loader's own words$"):  # passed through unchanged
+        load_or_error(f, own_check, "blob", "make one")
+
+
+def test_short_reason_is_one_short_line():
+    r = short_reason(RuntimeError("first line " + "x" * 500 + "\nsecond line"))
+    assert r.startswith("RuntimeError: first line") and len(r) == REASON_CHARS and "\n" not in r
+    assert short_reason(ValueError("")) == "ValueError: "
+
+
+def test_differences_name_keys_not_whole_dicts():
+    big = {"base": "a", "hidden": 64, "teacher": {"prompts": list(range(500))}}
+    text = differences(big, {**big, "hidden": 32, "teacher": {"prompts": [1]}, "vocab": 96})
+    assert text.startswith("hidden: 64 there, 32 here; teacher: {'prompts': [0, 1, 2")
+    assert "vocab: absent there, 96 here" in text and "base" not in text and len(text) < 200
+    assert differences({"a": 1}, {"a": 1}) == ""
+    assert differences({f"k{i}": i for i in range(6)}, {}, limit=2).endswith("and 4 more")
+
+
+# ---------------------------------------------------------------- trained checkpoints
+
+@pytest.fixture
+def ckpt(tmp_path):
+    path = tmp_path / "heads.pt"
+    save_trained(torch.nn.Linear(4, 3), path, {"base": "tiny", "hidden": 4})
+    return path
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_checkpoint_is_one_error(ckpt, how):
+    damage(ckpt, how)
+    one_error(lambda: read_trained(ckpt, hint="train it first (rule x)"), ckpt,
+              "is damaged or unreadable", "delete it, then train it first (rule x)")
+    one_error(lambda: load_trained(torch.nn.Linear(4, 3), ckpt), ckpt, "delete it")
+
+
+def test_a_pickle_that_is_no_checkpoint(tmp_path):
+    path = tmp_path / "heads.pt"
+    torch.save({"weight": torch.zeros(3)}, path)
+    one_error(lambda: read_trained(path), path, "is not a checkpoint written by common.training.loop")
+
+
+def test_a_checkpoint_for_another_model_names_the_differing_keys(ckpt):
+    state = read_trained(ckpt)
+    want = {"base": "tiny", "hidden": 8, "teacher": {"key": "x" * 2000}}
+    with pytest.raises(UserError) as e:
+        check_meta(state, want, f"heads at {ckpt.parent}")
+    msg = str(e.value)
+    assert "hidden: 4 there, 8 here" in msg and "teacher: absent there" in msg and len(msg) < MAX_LINE, msg
+    with pytest.raises(UserError, match="trained for another model") as e:
+        load_trained(torch.nn.Linear(4, 3), ckpt, meta=want)
+    assert len(str(e.value)) < MAX_LINE
+
+
+def test_weights_of_another_shape_are_one_error(ckpt):
+    one_error(lambda: load_trained(torch.nn.Linear(5, 3), ckpt), ckpt, "do not fit this Linear",
+              "'weight' is [3, 4], not [3, 5]")
+    one_error(lambda: load_trained(torch.nn.Linear(4, 3, bias=False), ckpt), ckpt, "unexpected tensor 'bias'")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_the_eagle_decoder_refuses_a_damaged_head(tmp_path, how):
+    from common.assets.models import tiny_llama
+    from common.components.eagle_head import CHECKPOINT, EagleHead, head_meta
+    from common.decoders.eagle import Eagle
+
+    model = tiny_llama(seed=1)
+    save_trained(EagleHead(model), tmp_path / CHECKPOINT, head_meta(model))
+    damage(tmp_path / CHECKPOINT, how)
+    one_error(lambda: Eagle(model, head=str(tmp_path)), tmp_path / CHECKPOINT,
+              "python -m common.components.eagle_head")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_content_digest_of_a_damaged_checkpoint(ckpt, how):
+    from common.records import content_digest
+
+    damage(ckpt, how)
+    one_error(lambda: content_digest(ckpt.parent), ckpt, "train it again")
+
+
+# ---------------------------------------------------------------- REST datastore
+
+@pytest.fixture
+def store(tmp_path):
+    from common.components.rest_datastore import build_datastore
+
+    build_datastore([[1, 7, 8, 9, 50], [2, 8, 9, 60, 61]], tmp_path / "ds", 96, "tok", "tiny", "test")
+    return tmp_path / "ds"
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+@pytest.mark.parametrize("name", ["tokens.npy", "suffixes.npy", "datastore.json"])
+def test_a_damaged_datastore_is_one_error(store, name, how):
+    from common.components.rest_datastore import open_datastore
+
+    damage(store / name, how)
+    one_error(lambda: open_datastore(store), store / name, "rebuild it: python -m common.components.rest_datastore")
+
+
+def test_datastore_arrays_of_two_builds(store, tmp_path):
+    from common.components.rest_datastore import open_datastore
+
+    np.save(store / "tokens.npy", np.arange(3, dtype=np.int32))  # a valid array, of another length
+    one_error(lambda: open_datastore(store), store, "holds 3 positions", "rebuild it")
+    (store / "datastore.json").write_text(json.dumps({"tokenizer_id": "tok"}))
+    one_error(lambda: open_datastore(store), store / "datastore.json", "no integer vocab_size")
+
+
+def test_the_rest_decoder_refuses_a_damaged_datastore(store, tiny):
+    from common.decoders import get_decoder
+
+    damage(store / "tokens.npy", "truncated")
+    one_error(lambda: get_decoder("rest", tiny, datastore=str(store)), store / "tokens.npy", "rebuild it")
+
+
+# ---------------------------------------------------------------- corpus shards and manifest
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_shard_is_one_error(tmp_path, how):
+    from common.training.corpus import Shard, read_shard, write_shard
+
+    path = tmp_path / "shard-00000.npz"
+    write_shard(path, Shard(np.arange(6, dtype=np.int32), np.array([0, 3, 6]), np.array([1, 1]), np.array([0, 1])))
+    damage(path, how)
+    one_error(lambda: read_shard(path), path, "run the corpus build again")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_the_corpus_cli_on_a_damaged_manifest(tmp_path, capsys, how):
+    from common.training import corpus
+
+    (tmp_path / corpus.MANIFEST).write_text(json.dumps({"version": 1, "recipe": {}, "shards": [], "heldout": None}))
+    damage(tmp_path / corpus.MANIFEST, how)
+    line = cli(corpus._main, ["--model", "m", "--out", str(tmp_path), "--summary"], capsys)
+    assert str(tmp_path / corpus.MANIFEST) in line
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--tokens", "0"], "--tokens=0 is out of range; valid: an integer >= 1"),
+    (["--tokens", "-5"], "--tokens=-5 is out of range"),
+    (["--max-shards", "0"], "--max-shards=0 is out of range"),
+    (["--threads", "0"], "--threads=0 is out of range"),
+    (["--device", "gpu0"], "invalid device 'gpu0'"),
+    (["--tokens", "many"], "invalid int value: 'many'; usage: python -m common.training.corpus ... (--help"),
+])
+def test_corpus_checks_its_arguments_before_the_model_loads(tmp_path, capsys, monkeypatch, extra, msg):
+    from common.assets import models
+
+    def tripwire(*a, **k):
+        raise AssertionError("the model was loaded before the arguments were checked")
+    monkeypatch.setattr(models, "load_model", tripwire)
+    from common.training import corpus
+    line = cli(corpus._main, ["--model", "smollm2-135m-instruct", "--out", str(tmp_path / "c"), *extra], capsys)
+    assert msg in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- records and the Spec-Bench export
+
+RECORD = {"question_id": "1", "decoder": "vanilla", "tokens": [1, 2], "new_tokens": 2, "wall_time": 0.1,
+          "accept_lengths": [1, 1], "text": "hi", "model": "m", "category": "writing"}
+
+
+def _records(path: Path, how: str | None = None) -> Path:
+    path.write_text("".join(json.dumps({**RECORD, "question_id": str(i)}) + "\n" for i in range(4)))
+    if how is not None:
+        damage(path, how)
+    return path
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_read_jsonl_of_a_damaged_file(tmp_path, how):
+    from common.records import read_jsonl
+
+    path = _records(tmp_path / "r.jsonl", how)
+    one_error(lambda: read_jsonl(path), path, "records file", "line ")
+
+
+def test_read_jsonl_lines_must_be_objects(tmp_path):
+    from common.records import read_jsonl
+
+    (tmp_path / "r.jsonl").write_text('{"a": 1}\n\n[1, 2]\n')
+    one_error(lambda: read_jsonl(tmp_path / "r.jsonl"), tmp_path / "r.jsonl", "line 3 is a list, not a JSON object")
+    one_error(lambda: read_jsonl(tmp_path / "none.jsonl"), tmp_path / "none.jsonl", "does not exist")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_specbench_export_of_damaged_records(tmp_path, capsys, how):
+    from common.harness import specbench
+
+    good, bad = _records(tmp_path / "a.jsonl"), _records(tmp_path / "b.jsonl", how)
+    out = tmp_path / "out"
+    line = cli(specbench._main, [str(good), str(bad), "--out", str(out)], capsys)
+    assert str(bad) in line and "common.harness.bench" in line
+    assert not out.exists()
+
+
+def test_specbench_refuses_incomplete_records_before_writing_any(tmp_path, capsys):
+    from common.harness import specbench
+
+    good = _records(tmp_path / "a.jsonl")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"question_id": "9", "model": "other"}) + "\n")
+    out = tmp_path / "out"
+    line = cli(specbench._main, [str(good), str(tmp_path / "c.jsonl"), "--out", str(out)], capsys)
+    assert "record of question '9' lacks decoder" in line and not out.exists()
+    (tmp_path / "f").write_text("")
+    assert "is a file; valid: a folder" in cli(specbench._main, [str(good), "--out", str(tmp_path / "f")], capsys)
+
+
+def test_specbench_cli_process_exits_2_with_one_line(tmp_path):
+    bad, out = _records(tmp_path / "b.jsonl", "garbage"), tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "common.harness.specbench", str(bad), "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: records file "), r.stderr[-2000:]
+    assert len(lines[0]) < MAX_LINE and not out.exists()
+
+
+# ---------------------------------------------------------------- vocabularies and released heads
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_draft_vocabulary(tmp_path, tiny, how):
+    from common.components.reduced_head import DRAFT_VOCAB, SIDECAR, apply_sidecar, reduced_readout, write_draft_vocab
+
+    write_draft_vocab(tmp_path, list(range(20)))
+    damage(tmp_path / DRAFT_VOCAB, how)
+    one_error(lambda: reduced_readout(tiny, tmp_path, 8), tmp_path / DRAFT_VOCAB, "python -m common.components.reduced_head")
+    (tmp_path / SIDECAR).write_text(json.dumps({"keep": [1, 2, 3]}))
+    damage(tmp_path / SIDECAR, how)
+    one_error(lambda: apply_sidecar(tiny, tmp_path), tmp_path / SIDECAR, "python -m common.components.reduced_vocab")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the garbage bytes start like a pickle
+@pytest.mark.parametrize("name", ["medusa_lm_head.safetensors", "medusa_lm_head.pt"])
+def test_a_damaged_released_checkpoint(tmp_path, name, how):
+    from safetensors.torch import save_file
+
+    from common.components.released_heads import MEDUSA_FILES, read_tensors
+
+    state = {"w": torch.zeros(8, 8)}
+    save_file(state, str(tmp_path / name)) if name.endswith(".safetensors") else torch.save(state, tmp_path / name)
+    damage(tmp_path / name, how)
+    one_error(lambda: read_tensors(tmp_path, MEDUSA_FILES), tmp_path / name, "download the authors' folder again")
