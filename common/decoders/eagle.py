@@ -44,6 +44,17 @@ from .tree_loop import Proposal, Proposer, ProposerState, TreeDecoder, chain_tre
 
 
 
+
+def stored_tree(folder: Path, tree, device):
+    """A static tree option: a size (the head folder's ``tree_<size>.json``) or a tree file;
+    a size the folder does not store is one error naming the stored ones."""
+    path = folder / f"tree_{tree}.json" if isinstance(tree, int) else Path(tree)
+    if isinstance(tree, int) and not path.is_file():
+        stored = sorted(p.stem.split("_")[1] for p in folder.glob("tree_*.json"))
+        raise UserError(f"tree={tree}: {folder} has no stored tree of that size; valid: "
+                        f"{', '.join(stored) or 'none stored'}, or a tree JSON file")
+    return load_tree(path).to(device)
+
 class EagleProposer(Proposer):
     """EAGLE's drafting: catch up on the committed features, then expand a static or dynamic tree."""
 
@@ -227,13 +238,7 @@ class Eagle(TreeDecoder):
         pack_like(self.head, model)  # its fc and decoder layer on the target's kernels
         self.tree = None
         if self.cfg["mode"] == "static":
-            t = self.cfg["tree"]
-            path = folder / f"tree_{t}.json" if isinstance(t, int) else Path(t)
-            if isinstance(t, int) and not path.is_file():
-                stored = sorted(p.stem.split("_")[1] for p in folder.glob("tree_*.json"))
-                raise UserError(f"tree={t}: {folder} has no stored tree of that size; valid: "
-                                f"{', '.join(stored) or 'none stored'}, or a tree JSON file")
-            self.tree = load_tree(path).to(self.device)
+            self.tree = stored_tree(folder, self.cfg["tree"], self.device)
 
         self.readout = None
         if self.cfg["vocab"] is not None:

@@ -27,9 +27,9 @@ from ..components.eagle3_head import CHECKPOINT, Eagle3Head, check_layers_of, de
 from ..engine.fast import pack_like
 from ..engine.forward import num_layers
 from ..engine.target import CausalTarget
-from ..engine.tree import load_tree, save_tree
+from ..engine.tree import save_tree
 from ..errors import UserError
-from .eagle import Eagle, EagleProposer
+from .eagle import Eagle, EagleProposer, stored_tree
 from .tree_loop import Proposal, ProposerState, StepResult, TreeDecoder
 
 TRAIN_CMD = "python -m common.components.eagle3_head"
@@ -111,16 +111,10 @@ class Eagle3(TreeDecoder):
         drafts = self.head.keep.numel()
         self.tree = None
         if self.cfg["mode"] == "static":
-            t = self.cfg["tree"]
-            path = folder / f"tree_{t}.json" if isinstance(t, int) else Path(t)
-            if isinstance(t, int) and not path.is_file():
-                stored = sorted(p.stem.split("_")[1] for p in folder.glob("tree_*.json"))
-                raise UserError(f"tree={t}: {folder} has no stored tree of that size; valid: "
-                                f"{', '.join(stored) or 'none stored'}, or a tree JSON file")
-            self.tree = load_tree(path).to(self.device)
+            self.tree = stored_tree(folder, self.cfg["tree"], self.device)
             width = 1 + max(p[-1] for p in self.tree.paths)
             if width > drafts:
-                raise UserError(f"tree {path} drafts rank {width - 1}, beyond the head's {drafts}-token draft "
+                raise UserError(f"tree={self.cfg['tree']} drafts rank {width - 1}, beyond the head's {drafts}-token draft "
                                 f"vocabulary; valid: trees of ranks below {drafts}")
         elif self.cfg["topk"] > drafts:
             raise UserError(f"topk={self.cfg['topk']} exceeds the head's {drafts}-token draft vocabulary; "
