@@ -21,7 +21,7 @@ import torch
 
 from .base import Option
 from .eagle import Eagle, EagleProposer
-from .suffix import SuffixProposer, check_context, static_for, suffix_options, suffix_test_datastore
+from .suffix import SuffixProposer, static_for, suffix_proposer, suffix_options, suffix_test_datastore
 from .tree_loop import Proposal, Proposer, ProposerState
 
 
@@ -77,8 +77,4 @@ class Samd(Eagle):
         self.static = static_for(self)
 
     def make_proposer(self, input_ids):
-        check_context(self, input_ids, self.cfg["draft_len"], "draft_len")
-        c = self.cfg
-        suffix = SuffixProposer(input_ids[0].tolist(), self.device, c["draft_len"], c["branches"], c["min_match"],
-                                self.static, c["len_bias"])
-        return SamdProposer(suffix, super().make_proposer(input_ids), c["threshold"])
+        return SamdProposer(suffix_proposer(self, input_ids), super().make_proposer(input_ids), self.cfg["threshold"])

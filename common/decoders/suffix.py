@@ -63,6 +63,15 @@ def match_paths(sam: SuffixAutomaton, state: int, n: int, branches: int, min_mat
     return paths
 
 
+
+def suffix_proposer(decoder, input_ids) -> "SuffixProposer":
+    """The automaton proposer of a decoder with the suffix options (``suffix`` and ``samd``):
+    over ``input_ids`` ``[1, S]``, with the decoder's static automaton if it has one."""
+    check_context(decoder, input_ids, decoder.cfg["draft_len"], "draft_len")
+    c = decoder.cfg
+    return SuffixProposer(input_ids[0].tolist(), decoder.device, c["draft_len"], c["branches"], c["min_match"],
+                          decoder.static, c["len_bias"])
+
 class SuffixProposer(Proposer):
     """The dynamic (and static) automata of one ``generate`` call."""
 
@@ -181,7 +190,4 @@ class Suffix(TreeDecoder):
         self.static = static_for(self)
 
     def make_proposer(self, input_ids):
-        check_context(self, input_ids, self.cfg["draft_len"], "draft_len")
-        c = self.cfg
-        return SuffixProposer(input_ids[0].tolist(), self.device, c["draft_len"], c["branches"], c["min_match"],
-                              self.static, c["len_bias"])
+        return suffix_proposer(self, input_ids)
