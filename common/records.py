@@ -285,3 +285,12 @@ def content_digest(path, without: tuple[str, ...] = ()) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()[:16]
+
+
+# A benchmark record's sampling settings; records written before the fields existed are greedy.
+GREEDY_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+
+
+def sampling_of(record: dict) -> dict:
+    """``{temperature, top_p, top_k, seed}`` a record decoded with (absent fields: greedy's)."""
+    return {k: record.get(k, v) for k, v in GREEDY_SAMPLING.items()}

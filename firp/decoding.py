@@ -110,7 +110,9 @@ class Firp(TreeDecoder):
     a prior when it has none; or a tree file)."""
 
     name = "firp"
-    default_sampling = "typical"
+    # the predicted states' top-k tree is fixed before verification: target_sampling is exact;
+    # typical (lossy) by name only
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

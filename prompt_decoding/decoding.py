@@ -222,7 +222,9 @@ class PromptDecoding(TreeDecoder):
     accuracies (a prior when it has none); or a tree file of candidate paths (static)."""
 
     name = "prompt_decoding"
-    default_sampling = "typical"
+    # the paper samples with Medusa's typical acceptance (lossy), kept by name (acceptance=typical);
+    # the prompt tokens' top-k tree is fixed before verification, so target_sampling is exact
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

@@ -161,8 +161,10 @@ class PdSpeculative(TreeDecoder):
     """
 
     name = "pd_speculative"
-    acceptance_rules = ("greedy",)
-    default_sampling = "greedy"  # greedy only: temperature > 0 ends in "needs temperature 0"
+    # the draft's chain is its own greedy prompt decoding, deterministic given the committed
+    # tokens: at temperature > 0 the target samples and the walk follows it
+    acceptance_rules = ("greedy", "target_sampling")
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

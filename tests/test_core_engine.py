@@ -262,7 +262,7 @@ def test_verify_forward_matches_full_forward_on_a_chain(chaotic_llama):
 # -- acceptance rules and options ----------------------------------------------------------------
 def test_acceptance_rules_are_chosen_by_configuration(chaotic_llama, tmp_path):
     cfg = decoder_class("medusa").test_configs(chaotic_llama, tmp_path)[0]
-    with pytest.raises(UserError, match="cannot use acceptance='speculative'; valid: greedy, typical"):
+    with pytest.raises(UserError, match="cannot use acceptance='speculative'; valid: greedy, target_sampling, typical"):
         get_decoder("medusa", chaotic_llama, acceptance="speculative", temperature=1.0, **cfg)
     with pytest.raises(UserError, match="acceptance='typical' needs temperature > 0"):
         get_decoder("medusa", chaotic_llama, acceptance="typical", **cfg)

@@ -176,7 +176,6 @@ def test_bad_options_name_what_is_valid(target, spec_drafts, tmp_path):
         ({**ok, "gamma": 0}, "option gamma=0 is invalid; valid: an integer >= 1"),
         ({**ok, "tree": 1}, "tree=1 is out of range; valid: 2..512 verified positions"),
         ({**ok, "shape": "round"}, "valid: one of 'dynamic', 'static'"),
-        ({**ok, "temperature": 0.7}, "needs temperature 0"),
         ({**ok, "acceptance": "typical"}, "cannot use acceptance='typical'; valid: greedy"),
         ({**ok, "draft": tiny_llama(seed=2, layers=1, vocab=80)}, "draft vocabulary size 80 differs"),
         ({**ok, "depth": 3}, "has no option(s) ['depth']"),
@@ -204,7 +203,7 @@ def test_training_refuses_another_models_answers(target, spec_drafts, tmp_path):
     assert own_greedy_rate(target, *zip(*theirs)) > 0.95 and own_greedy_rate(draft, *zip(*theirs)) < 0.5
     cfg = TrainConfig(lr=1e-2, epochs=1, batch_size=1, warmup_frac=0.0, schedule="cosine", max_steps=2)
     with frozen(draft):
-        with pytest.raises(UserError, match="not this model's own greedy answers .*python -m common.training.selfdistill"):
+        with pytest.raises(UserError, match="not this model's own greedy answers .*python -m common.training.corpus answers"):
             train_prompts(draft, WordTokenizer(), {"train": theirs, "heldout": theirs}, tmp_path / "x", cfg,
                           Stopping(eval_every=2), PromptRecipe(m=2, n=1, cuts=2))
         own = greedy_sequences(draft, 2, seed=50)
@@ -229,8 +228,8 @@ def test_the_plan_trains_the_drafts_prompt_tokens_on_the_drafts_own_answers():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     draft, own = ".cache/components/embedded/draft/model", ".cache/components/embedded/prompt_tokens/draft"
-    assert f"-m common.training.selfdistill --model {draft} --out {own}/corpus.pt --prompts 32 " in out
-    assert f"-m common.training.selfdistill --model {draft} --out {own}/seqcorpus.pt --prompts 320 --skip 32 " in out
+    assert f"-m common.training.corpus answers --model {draft} --out {own}/corpus.pt --prompts 32 " in out
+    assert f"-m common.training.corpus answers --model {draft} --out {own}/seqcorpus.pt --prompts 320 --skip 32 " in out
     assert (f"-m prompt_decoding.train --model {draft} --out {own} --corpus {own}/seqcorpus.pt" in out
             and f"--heldout-corpus {own}/corpus.pt" in out)
     labels = ["vanilla", *(f"speculative@g{g}" for g in spec["gamma"]), *(f"pd_speculative@g{g}" for g in spec["pd_gamma"])]

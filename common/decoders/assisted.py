@@ -1,6 +1,8 @@
 """transformers' assisted generation (``generate(assistant_model=draft)``), a peer of
-``speculative`` run by the library itself; exact at greedy. Steps and accepted lengths come
-from the target's forwards, as for ``prompt_lookup``.
+``speculative`` run by the library itself; exact at greedy, and at temperature > 0 transformers'
+speculative sampling (its ``_speculative_sampling``: Leviathan et al.'s rule, the draft's and the
+target's logits through the same processors), seeded as ``hf_generate`` is. Steps and accepted
+lengths come from the target's forwards, as for ``prompt_lookup``.
 
 With a draft whose generation config sets nothing, transformers 5.23 drafts up to 20 tokens a
 step (constant schedule) and cuts the chain after the first draft token of probability < 0.4

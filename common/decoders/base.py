@@ -13,6 +13,13 @@ wrong-typed or out-of-range setting fails before anything runs. ``model_kinds`` 
 models a decoder serves (``causal``, ``seq2seq``); ``lossless`` marks decoders whose greedy
 output must equal ``vanilla``'s token for token (the lossless test runs every such decoder,
 with the option sets :meth:`Decoder.test_configs` gives for a tiny random model).
+
+Sampling is part of the contract: every decoder takes :data:`SAMPLING_OPTIONS` (``temperature``,
+``seed``, ``top_p``, ``top_k``; declared here once, merged into every decoder's options). At
+temperature 0 a decoder is greedy; above it, a decoder that can sample (:meth:`Decoder.can_sample`)
+draws only from its own ``torch.Generator`` seeded by ``seed`` (:meth:`Decoder.generator`), so
+the same seed gives the same tokens, and a decoder that cannot ends with one error naming those
+that can.
 """
 from __future__ import annotations
 
@@ -50,6 +57,10 @@ _TYPE_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a
                list: "a list", Path: "a path", torch.nn.Module: "a model object"}
 
 
+# Option.legacy's "none": a record without the option is not judged on it.
+NO_LEGACY = "<no legacy value>"
+
+
 @dataclass(frozen=True)
 class Option:
     """One decoder option: default, accepted types, range or choices.
@@ -61,6 +72,9 @@ class Option:
             ``int`` is taken where ``float`` is accepted.
         lo, hi: inclusive bounds for numbers; ``choices``: the valid values (for strings).
         check: extra check ``(value) -> None`` raising UserError (e.g. list contents).
+        legacy: the value runs made before the option existed used (their records do not name
+            it); :func:`common.harness.report.stale_settings` reads a record without the option
+            as having run with it. ``NO_LEGACY`` (the default): such a record is not judged on it.
     """
     default: Any = None
     types: tuple = ()
@@ -68,6 +82,7 @@ class Option:
     hi: float | None = None
     choices: tuple | None = None
     check: Callable[[Any], None] | None = None
+    legacy: Any = NO_LEGACY
 
     def valid(self) -> str:
         """What is valid, in words, for error messages."""
@@ -102,6 +117,20 @@ def _is(value, t) -> bool:
     return isinstance(value, t)
 
 
+def _check_top_p(value) -> None:
+    # Option bounds are inclusive; top-p 0 would keep no token (transformers refuses it too)
+    if not value > 0:
+        raise UserError(f"top_p={value!r} is out of range; valid: a number in (0, 1]")
+
+
+# The sampling options of every decoder (transformers' names and meanings): the temperature
+# (0 = greedy), the seed of the decoder's own generator, nucleus and top-k truncation
+# (common.engine.acceptance.process applies them in transformers' order).
+SAMPLING_OPTIONS = {"temperature": Option(0.0, (float,), lo=0.0), "seed": Option(0, (int,), lo=0),
+                    "top_p": Option(1.0, (float,), lo=0.0, hi=1.0, check=_check_top_p),
+                    "top_k": Option(0, (int,), lo=0)}
+
+
 def as_option(default) -> Option:
     """A bare default declares an option of its own type (None: any value)."""
     if isinstance(default, Option):
@@ -128,11 +157,14 @@ class Decoder:
             raise UserError(f"decoder {self.name!r} needs {need}; got {type(model).__name__} ({kind}); "
                             f"decoders for {kind} models: {', '.join(decoders_for(kind))}")
         self.eos = eos_ids(model, tokenizer)
-        declared = {k: as_option(v) for k, v in self.options().items()}
+        # the sampling options are every decoder's, whether or not its options() merges them
+        declared = {**{k: as_option(v) for k, v in SAMPLING_OPTIONS.items()},
+                    **{k: as_option(v) for k, v in self.options().items()}}
         unused = set(cfg) - set(declared)
         if unused:
             raise UserError(f"decoder {self.name!r} has no option(s) {sorted(unused)}; "
                             f"valid: {sorted(declared) or 'none'}")
+        self.check_sampling(cfg)
         for k, v in cfg.items():
             declared[k].validate(self.name, k, v)
         self.cfg = {**{k: o.default for k, o in declared.items()}, **cfg}
@@ -140,8 +172,36 @@ class Decoder:
 
     @classmethod
     def options(cls) -> dict:
-        """Configurable options: name -> :class:`Option` or a bare default."""
-        return {}
+        """Configurable options: name -> :class:`Option` or a bare default; a subclass merges
+        ``super().options()`` (the sampling options come from here)."""
+        return dict(SAMPLING_OPTIONS)
+
+    @classmethod
+    def can_sample(cls) -> bool:
+        """Whether the decoder samples at temperature > 0 (else it refuses that temperature)."""
+        return False
+
+    @classmethod
+    def check_sampling(cls, cfg: dict) -> None:
+        """The sampling options in ``cfg``, checked without a model (the benchmark checks them
+        before loading one): each in range, and temperature > 0 only where the decoder samples."""
+        for k, opt in SAMPLING_OPTIONS.items():
+            if k in cfg:
+                opt.validate(cls.name, k, cfg[k])
+        t = cfg.get("temperature", 0.0)
+        if t > 0 and not cls.can_sample():
+            raise UserError(f"decoder {cls.name!r} cannot sample (temperature={t}; valid: 0); decoders that "
+                            f"sample: {', '.join(decoders_that_sample())}")
+
+    @property
+    def sampling(self) -> dict:
+        """The run's sampling settings: temperature, top_p, top_k, seed (for records)."""
+        return {k: self.cfg[k] for k in SAMPLING_OPTIONS}
+
+    def generator(self) -> torch.Generator:
+        """A fresh generator on the model's device seeded by ``seed``: one per ``generate``
+        call, so a call's tokens depend on its seed only, not on the calls before it."""
+        return torch.Generator(device=self.device).manual_seed(int(self.cfg["seed"]))
 
     @classmethod
     def test_configs(cls, model, workdir: Path) -> list[dict]:
@@ -197,6 +257,11 @@ class Decoder:
             if t in self.eos:
                 return tokens[: min(i + 1, max_new_tokens)], True
         return tokens[:max_new_tokens], len(tokens) >= max_new_tokens
+
+
+def decoders_that_sample() -> list[str]:
+    """Registered decoder names that sample at temperature > 0 (imports each decoder class)."""
+    return [n for n in DECODERS if decoder_class(n).can_sample()]
 
 
 def decoders_for(kind: str) -> list[str]:

@@ -23,7 +23,13 @@ depth over that depth's nodes (each attends to the committed sequence and its ow
   tree).
 
 Verification is the target's, so the output is exactly greedy's whatever the head proposes
-(the lossless test runs it with a random head).
+(the lossless test runs it with a random head). At temperature > 0 the static tree is drawn
+instead: each node's children are drawn without replacement (Gumbel-top-k, the decoder's
+generator) from the head's processed distribution, reported as the proposal's
+``draft_probs``, and verified by ``tree_speculative`` (EAGLE's multi-round rejection sampling,
+exact). The dynamic tree's shape depends on the scores it reranks, which the rule's
+without-replacement argument does not cover, so it is verified by ``target_sampling`` (exact
+for any tree).
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from ..engine import acceptance as acc
 from ..engine.cache import crop_to
 from ..checkpoints import load_trained, save_trained
 from ..components.eagle_head import CHECKPOINT, EagleHead, head_meta, new_head
@@ -93,6 +100,23 @@ class EagleProposer(Proposer):
             v, i = torch.log_softmax(self.readout(feats).float(), dim=-1).topk(k, dim=-1)  # over [q, V]
         return v, i
 
+    def _logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """``[q, H]`` head states -> ``[q, V]`` draft logits over the target's vocabulary (a
+        reduced readout's other tokens at the dtype's minimum: probability 0)."""
+        return self.readout(feats)
+
+    def _draw(self, feats: torch.Tensor, widths: list[int], state: ProposerState) -> tuple[list[list[int]], torch.Tensor]:
+        """Children drawn without replacement from each row's processed draft distribution.
+
+        Args:
+            feats: ``[q, H]`` parent states; ``widths``: children to draw for each parent.
+        Returns:
+            ``(tokens per parent in draw order, [q, V] the distributions they were drawn from)``.
+        """
+        q = state.process(self._logits(feats))                                  # [q, V]
+        drawn = acc.gumbel_topk(q, max(widths), state.generator).tolist()      # [q, max width]
+        return [d[:w] for d, w in zip(drawn, widths)], q
+
     def propose(self, state: ProposerState) -> Proposal:
         if state.remaining <= 1:  # the step's own token is the last one allowed: nothing to draft
             return Proposal(chain_tree(0, str(self.device)), torch.zeros(0, dtype=torch.long, device=self.device))
@@ -106,7 +130,7 @@ class EagleProposer(Proposer):
         root_feat = out[-1:]  # [1, H]: the root position's predicted feature
         max_depth = state.remaining - 1
         if self.mode == "static":
-            return self._static(root_feat, max_depth)
+            return self._static(root_feat, max_depth, state if state.sample_tree else None)
         return self._dynamic(root_feat, max_depth)
 
     def _expand(self, frontier: list[tuple], feats: torch.Tensor, slots: dict, anc: dict, base: int):
@@ -127,7 +151,10 @@ class EagleProposer(Proposer):
             anc[path] = anc[path[:-1]] + [path]
         return out
 
-    def _static(self, root_feat: torch.Tensor, max_depth: int) -> Proposal:
+    def _static(self, root_feat: torch.Tensor, max_depth: int, sampling: ProposerState | None = None) -> Proposal:
+        """The static tree below the root: by rank (the ``r``-th most likely token), or with
+        ``sampling`` each parent's children drawn without replacement, its ``i``-th child by
+        rank taking the ``i``-th draw, and their distributions returned as ``draft_probs``."""
         tree = self.tree
         paths = [p for p in tree.paths if len(p) <= max_depth]
         by_depth: dict[int, list] = {}
@@ -137,16 +164,24 @@ class EagleProposer(Proposer):
         width = {}
         for p in paths:
             width[p[:-1]] = max(width.get(p[:-1], 0), p[-1] + 1)
-        token = {}
+        token, dist = {}, {}
         feat = {(): root_feat[0]}
         slots, anc = {}, {(): []}
         base = self.length - 1  # the root's position: children at base + depth
         for d in range(1, max(by_depth) + 1):
             parents = sorted({p[:-1] for p in by_depth[d]})
-            tops = self._top(torch.stack([feat[u] for u in parents]), max(width[u] for u in parents))[1].tolist()
-            for u, top in zip(parents, tops):
-                for r in range(width[u]):
-                    token[u + (r,)] = top[r]
+            feats = torch.stack([feat[u] for u in parents])
+            if sampling is None:
+                tops = self._top(feats, max(width[u] for u in parents))[1].tolist()
+                for u, top in zip(parents, tops):
+                    for r in range(width[u]):
+                        token[u + (r,)] = top[r]
+            else:
+                kids = {u: sorted(p for p in by_depth[d] if p[:-1] == u) for u in parents}
+                drawn, q = self._draw(feats, [len(kids[u]) for u in parents], sampling)
+                for u, toks, q_u in zip(parents, drawn, q):
+                    for p, t in zip(kids[u], toks):
+                        token[p], dist[p] = t, q_u
             grow = [p for p in by_depth[d] if p in has_children]
             if grow:
                 out = self._expand([(p, token[p]) for p in grow], torch.stack([feat[p[:-1]] for p in grow]),
@@ -155,7 +190,8 @@ class EagleProposer(Proposer):
                     feat[p] = f
         buffers = tree if len(paths) == len(tree.paths) else build_tree(paths).to(self.device)
         tokens = torch.tensor([token[p] for p in buffers.paths], dtype=torch.long, device=self.device)
-        return Proposal(buffers, tokens)
+        draft_probs = torch.stack([dist[p] for p in buffers.paths]) if sampling is not None else None
+        return Proposal(buffers, tokens, draft_probs)
 
     def _dynamic(self, root_feat: torch.Tensor, max_depth: int) -> Proposal:
         k = self.topk
@@ -193,13 +229,34 @@ class EagleProposer(Proposer):
         return {"draft_forward_s": sum(propose_s)}
 
 
+def sampling_rule_for(decoder: TreeDecoder) -> str:
+    """An EAGLE decoder's rule at temperature > 0. The static tree is drawn without replacement
+    from the head's distribution, which ``tree_speculative`` needs. EAGLE-2's dynamic tree keeps
+    the best-scoring of its candidates, so which children a node has depends on the draws'
+    scores: that rule's exactness argument does not hold for it, and ``target_sampling`` (exact
+    for any tree) verifies it."""
+    if decoder.cfg["mode"] == "static" and "tree_speculative" in decoder.acceptance_rules:
+        return "tree_speculative"
+    return decoder.default_sampling
+
+
+def checked_rule(decoder: TreeDecoder, rule):
+    """``rule``, refused when it is ``tree_speculative`` on a dynamic tree (see :func:`sampling_rule_for`)."""
+    if rule.name == "tree_speculative" and decoder.cfg["mode"] != "static":
+        raise UserError(f"decoder {decoder.name!r} with acceptance='tree_speculative' needs mode='static' (the "
+                        "dynamic tree's shape depends on the drawn scores); valid: mode='static', or "
+                        "acceptance='target_sampling'")
+    return rule
+
+
 class Eagle(TreeDecoder):
     """Decoder ``eagle``: ``head`` (a folder written by ``python -m common.components.eagle_head``), ``mode``
     static (``tree``: a stored size or a tree JSON file) or dynamic (``depth``, ``topk``,
     ``total`` nodes, root included)."""
 
     name = "eagle"
-    default_sampling = "typical"
+    acceptance_rules = ("greedy", "target_sampling", "tree_speculative", "typical")
+    default_sampling = "target_sampling"  # the dynamic tree's (see sampling_rule)
 
     @classmethod
     def options(cls) -> dict:
@@ -226,6 +283,12 @@ class Eagle(TreeDecoder):
                 {"head": str(folder), "mode": "dynamic", "depth": 3, "topk": 2, "total": 6, "vocab": 20},
                 {"head": str(folder), "mode": "dynamic", "depth": 4, "topk": 3, "total": 9},
                 {"head": str(folder), "mode": "dynamic", "depth": 1, "topk": 2, "total": 2}]
+
+    def sampling_rule(self) -> str:
+        return sampling_rule_for(self)
+
+    def make_rule(self):
+        return checked_rule(self, super().make_rule())
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)

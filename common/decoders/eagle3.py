@@ -29,7 +29,7 @@ from ..engine.forward import num_layers
 from ..engine.target import CausalTarget
 from ..engine.tree import save_tree
 from ..errors import UserError
-from .eagle import Eagle, EagleProposer, stored_tree
+from .eagle import Eagle, EagleProposer, checked_rule, sampling_rule_for, stored_tree
 from .tree_loop import Proposal, ProposerState, StepResult, TreeDecoder
 
 TRAIN_CMD = "python -m common.components.eagle3_head"
@@ -52,6 +52,13 @@ class Eagle3Proposer(EagleProposer):
         v, i = torch.log_softmax(self.head.logits(feats).float(), dim=-1).topk(k, dim=-1)
         return v, self.head.keep[i]
 
+    def _logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """``[q, H]`` head states -> ``[q, V]`` logits: the draft vocabulary's, every other token
+        at the dtype's minimum (probability 0)."""
+        sub = self.head.logits(feats)                                              # [q, K]
+        out = sub.new_full((*sub.shape[:-1], self.model.config.vocab_size), torch.finfo(sub.dtype).min)
+        return out.index_copy_(-1, self.head.keep, sub)
+
     def propose(self, state: ProposerState) -> Proposal:
         if self.pending is None:  # the first step: the prompt's states, kept by the prefill
             self.pending = torch.cat([self.target.captured[l] for l in self.head.layers], -1)
@@ -73,7 +80,15 @@ class Eagle3(TreeDecoder):
     vocabulary is the head's own."""
 
     name = "eagle3"
-    default_sampling = "typical"
+    # as eagle's: tree_speculative on the drawn static tree, target_sampling on the dynamic one
+    acceptance_rules = Eagle.acceptance_rules
+    default_sampling = Eagle.default_sampling
+
+    def sampling_rule(self) -> str:
+        return sampling_rule_for(self)
+
+    def make_rule(self):
+        return checked_rule(self, super().make_rule())
 
     @classmethod
     def options(cls) -> dict:

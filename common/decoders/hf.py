@@ -1,6 +1,8 @@
 """transformers' own generation, wrapped under the contract (peers, not rewrites).
 
-``hf_generate`` is ``model.generate(do_sample=False)``; ``prompt_lookup`` adds
+``hf_generate`` is ``model.generate(do_sample=False)`` at temperature 0 and
+``do_sample=True`` with the decoder's temperature, top-p and top-k above it (transformers'
+processors: the distribution :func:`common.engine.acceptance.process` gives); ``prompt_lookup`` adds
 ``prompt_lookup_num_tokens`` (n-gram drafts copied from the prompt, verified by the model).
 Steps and accepted lengths are read from the cache length seen at each model forward.
 ``hf_generate`` also serves encoder-decoders (the reference a T5's own greedy ``generate`` is).
@@ -49,7 +51,18 @@ class HFGenerate(Decoder):
     def options(cls) -> dict:
         # stock: generate() on an unmodified copy (transformers' own modules, attention and cache)
         # rather than on the shared fast path: the "before" reference of the hardware-limit work
-        return {"stock": Option(False, (bool,))}
+        return {**super().options(), "stock": Option(False, (bool,))}
+
+    @classmethod
+    def can_sample(cls) -> bool:
+        return True
+
+    def _sampling_kwargs(self) -> dict:
+        """generate()'s sampling arguments; ``None`` switches a generation-config default off."""
+        c = self.cfg
+        if c["temperature"] == 0:
+            return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        return {"do_sample": True, "temperature": c["temperature"], "top_p": c["top_p"], "top_k": c["top_k"]}
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -60,12 +73,16 @@ class HFGenerate(Decoder):
         return {}
 
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        if self.cfg["temperature"] > 0:
+            # generate() takes no generator: it draws from torch's global one, so it is seeded
+            # right before the call (same seed, same tokens, as the other decoders' own generators)
+            torch.manual_seed(int(self.cfg["seed"]))
         with _ForwardProbe(self.model) as probe:
             out = self.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                      do_sample=False, max_new_tokens=max_new_tokens,
+                                      max_new_tokens=max_new_tokens,
                                       eos_token_id=sorted(self.eos) or None,
                                       pad_token_id=min(self.eos) if self.eos else None,
-                                      temperature=None, top_p=None, top_k=None, **self._kwargs())
+                                      **self._sampling_kwargs(), **self._kwargs())
         # generate returns prompt ++ new ids (causal) or start token ++ new ids (seq2seq); the
         # cache holds the same positions, minus the newest.
         before = 1 if self.target.kind == "seq2seq" else input_ids.shape[1]

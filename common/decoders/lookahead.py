@@ -175,8 +175,10 @@ class Lookahead(TreeDecoder):
     ``applications/run_mtbench.sh``) uses W=15, N=5, G=15: the defaults here."""
 
     name = "lookahead"
-    acceptance_rules = ("greedy",)   # the verification branch has no draft distribution
-    default_sampling = "greedy"      # (greedy needs temperature 0: sampling is refused)
+    # the verification branch's n-grams are deterministic candidates (no draft distribution):
+    # at temperature > 0 the target samples and the walk follows them
+    acceptance_rules = ("greedy", "target_sampling")
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

@@ -67,7 +67,9 @@ class Medusa(TreeDecoder):
     tree ``tree`` = one of 16/32/63 (the stored best tree) or a tree JSON path."""
 
     name = "medusa"
-    default_sampling = "typical"
+    # the heads' top-k tree is fixed before verification (no per-node draws): target_sampling is
+    # exact for it; Medusa's own typical acceptance (lossy) is kept by name
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

@@ -175,8 +175,8 @@ class Recycling(TreeDecoder):
     across prompts, the paper's default)."""
 
     name = "recycling"
-    acceptance_rules = ("greedy",)   # no draft distribution; greedy needs temperature 0
-    default_sampling = "greedy"
+    acceptance_rules = ("greedy", "target_sampling")   # a deterministic tree, no draft distribution
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

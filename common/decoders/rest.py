@@ -58,8 +58,10 @@ class Rest(TreeDecoder):
     """Decoder ``rest``: datastore ``datastore`` (a folder built by ``python -m common.components.rest_datastore``)."""
 
     name = "rest"
-    acceptance_rules = ("greedy", "typical")
-    default_sampling = "typical"   # the authors sample with Medusa's typical acceptance
+    # the authors sample with Medusa's typical acceptance (lossy): kept by name; retrieved
+    # candidates are deterministic, so the lossless default walks them with target_sampling
+    acceptance_rules = ("greedy", "target_sampling", "typical")
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

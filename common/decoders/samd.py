@@ -58,8 +58,10 @@ class Samd(Eagle):
     continuation is verified instead of EAGLE's tree."""
 
     name = "samd"
-    acceptance_rules = ("greedy",)   # the retrieved chains carry no draft distribution
-    default_sampling = "greedy"
+    # the retrieved chains carry no draft distribution, so EAGLE's tree_speculative is out;
+    # target_sampling is exact for both sources' trees
+    acceptance_rules = ("greedy", "target_sampling")
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

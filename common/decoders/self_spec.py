@@ -5,15 +5,24 @@ The draft is a :class:`LayerSkipTarget`: the target model running only its kept 
 through :func:`common.engine.forward.run_layers` (a skipped layer passes its input on unchanged, as
 its residual branch would with a zero update) on a cache of its own, so the verifying
 target's cache only ever holds full-model keys and values.
+
+Which layers are skipped: ``skip=<file>`` (a set searched on calibration prompts as the paper
+does, :mod:`common.components.skip_search`) or ``skip=[i, ...]``; ``draft_layers=[...]`` names
+the kept ones instead; with neither, the fixed every-other-layer set (:func:`default_draft_layers`,
+not the paper's). Every output's stats say which (``layer_set``: ``searched``, ``given`` or
+``every_other``; ``skipped_layers``).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from ..components.skip_search import check_skip, kept_segments, read_skip_file
 from ..errors import UserError
 from ..engine.forward import embed, logits_from_hidden, num_layers
 from ..engine.target import CausalTarget
-from .base import Option
+from .base import DecodeOutput, Option
 from .speculative import DRAFT_OPTIONS, AutoregressiveDraft, draft_options
 from .tree_loop import Proposer, TreeDecoder
 
@@ -23,23 +32,12 @@ def default_draft_layers(d: int) -> list[int]:
     return sorted({0, d - 1} | set(range(0, d, 2)))
 
 
-def _segments(layers: list[int]) -> list[tuple[int, int]]:
-    """Sorted layer indices -> contiguous ``[start, end)`` runs, e.g. [0, 2, 3] -> [(0, 1), (2, 4)]."""
-    runs: list[tuple[int, int]] = []
-    for i in layers:
-        if runs and runs[-1][1] == i:
-            runs[-1] = (runs[-1][0], i + 1)
-        else:
-            runs.append((i, i + 1))
-    return runs
-
-
 class LayerSkipTarget(CausalTarget):
     """The model with only ``layers`` (sorted indices) run; skipped layers' caches stay empty."""
 
     def __init__(self, model, layers: list[int]):
         super().__init__(model)
-        self.segments = _segments(layers)
+        self.segments = kept_segments(layers)
 
     @property
     def length(self) -> int:
@@ -64,19 +62,30 @@ class SelfSpeculative(TreeDecoder):
 
     @classmethod
     def options(cls) -> dict:
-        return {"draft_layers": Option(None, (list, tuple)), **DRAFT_OPTIONS, **super().options()}
+        return {"draft_layers": Option(None, (list, tuple)), "skip": Option(None, (str, Path, list, tuple)),
+                **DRAFT_OPTIONS, **super().options()}
 
     @classmethod
     def test_configs(cls, model, workdir):
         d = num_layers(model)
-        return [{}, {"draft_layers": [0, d - 1], "gamma": 3}, {"gamma": 2, "schedule": "heuristic", "confidence": 0.3}]
+        return [{}, {"draft_layers": [0, d - 1], "gamma": 3}, {"gamma": 2, "schedule": "heuristic", "confidence": 0.3},
+                {"skip": [1]}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
         self.drafting = draft_options(self.cfg)
         d = num_layers(model)
-        layers = self.cfg["draft_layers"]
-        layers = default_draft_layers(d) if layers is None else layers
+        layers, skip = self.cfg["draft_layers"], self.cfg["skip"]
+        if layers is not None and skip is not None:
+            raise UserError("decoder 'self_speculative' takes skip=<file or list> or draft_layers=<kept layers>, "
+                            "not both")
+        if skip is not None:
+            searched = isinstance(skip, (str, Path))
+            skip = read_skip_file(skip, d) if searched else check_skip(skip, d)
+            layers, self.layer_set = [i for i in range(d) if i not in set(skip)], "searched" if searched else "given"
+        else:
+            self.layer_set = "every_other" if layers is None else "given"
+            layers = default_draft_layers(d) if layers is None else layers
         if (not layers or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < d for i in layers)):
             raise UserError(f"draft_layers={layers!r} is invalid; valid: a non-empty list of layer "
                             f"indices in 0..{d - 1} (model has {d} layers)")
@@ -84,3 +93,10 @@ class SelfSpeculative(TreeDecoder):
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
         return AutoregressiveDraft(LayerSkipTarget(self.model, self.layers), **self.drafting)
+
+    def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
+        out = super()._generate(input_ids, max_new_tokens)
+        d = num_layers(self.model)
+        out.stats["layer_set"] = self.layer_set  # which skip the record ran: searched, given or every_other
+        out.stats["skipped_layers"] = [i for i in range(d) if i not in set(self.layers)]
+        return out

@@ -117,7 +117,7 @@ class AutoregressiveDraft(Proposer):
             if state.temperature == 0:
                 x = int(logits.argmax())
             else:
-                q.append(acc.probs(logits, state.temperature))
+                q.append(state.process(logits))  # the target's p goes through the same processor
                 x = acc.sample(q[-1], state.generator)
             tokens.append(x)
             if self.confidence and self._prob(logits, x, q, state.temperature) < self.confidence:
@@ -152,7 +152,7 @@ class Speculative(TreeDecoder):
 
     name = "speculative"
     model_kinds = ("causal", "seq2seq")
-    acceptance_rules = ("greedy", "speculative", "typical")
+    acceptance_rules = ("greedy", "speculative", "target_sampling", "typical")
     default_sampling = "speculative"
 
     @classmethod

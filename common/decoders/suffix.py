@@ -173,8 +173,8 @@ class Suffix(TreeDecoder):
     Defaults: the authors' ``n_predicts=10`` and ``len_bias=4`` (``samd/samd_config.py``)."""
 
     name = "suffix"
-    acceptance_rules = ("greedy",)   # no draft distribution
-    default_sampling = "greedy"
+    acceptance_rules = ("greedy", "target_sampling")   # retrieved continuations, no draft distribution
+    default_sampling = "target_sampling"
 
     @classmethod
     def options(cls) -> dict:

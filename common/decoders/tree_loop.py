@@ -17,8 +17,11 @@ verification forward as injected positions, and the proposer reads what it needs
 
 Acceptance is a rule object (:mod:`common.engine.acceptance`) chosen by the ``acceptance`` option:
 by default ``greedy`` at temperature 0 (exact: the output is the target's greedy tokens) and
-the decoder's ``default_sampling`` rule at temperature > 0 (``speculative``: exact in
-distribution for chain proposals with draft probabilities; ``typical``: Medusa's, not exact).
+the decoder's :meth:`TreeDecoder.sampling_rule` at temperature > 0, always lossless:
+``target_sampling`` (the target draws, the walk follows the tree: exact for any tree),
+``tree_speculative`` (a tree drawn without replacement from the draft's reported distribution)
+or ``speculative`` (a draft's chain). ``typical`` (Medusa's, not exact) is only ever chosen by
+name. Sampling draws only from the decoder's generator seeded by ``seed``.
 
 Cache invariant: the target cache holds every committed token except the newest one, which
 is the next tree's root (node 0) and is processed by the next tree forward.
@@ -51,7 +54,7 @@ from ..hardware import device_clock
 from ..engine.forward import Injection, Verified, num_layers
 from ..engine.target import Target
 from ..engine.tree import TreeBuffers, build_tree, chain_paths
-from .base import DecodeOutput, Decoder, Option
+from .base import SAMPLING_OPTIONS, DecodeOutput, Decoder, Option
 
 
 @dataclass
@@ -71,6 +74,11 @@ class ProposerState:
             counts them.
         temperature: the decoder's sampling temperature (0 = greedy).
         generator: the decoder's seeded RNG; proposers that sample must draw from it.
+        top_p, top_k: the decoder's truncation; a proposer reporting draft distributions
+            makes them with :meth:`process`, as the rule processes the target's.
+        sample_tree: the rule needs each node's children drawn without replacement from the
+            draft distribution the proposal reports (``tree_speculative``); a proposer that
+            builds trees can then draw them (EAGLE's static tree), others ignore it.
     """
     prompt: torch.Tensor
     tokens: list[int]
@@ -78,6 +86,14 @@ class ProposerState:
     remaining: int
     temperature: float
     generator: torch.Generator | None
+    top_p: float = 1.0
+    top_k: int = 0
+    sample_tree: bool = False
+
+    def process(self, logits: torch.Tensor) -> torch.Tensor:
+        """``[..., V]`` draft logits -> the probabilities to draw from (the decoder's
+        temperature, top-k, top-p: :func:`common.engine.acceptance.process`)."""
+        return acc.process(logits, self.temperature, self.top_p, self.top_k)
 
     @property
     def ids(self) -> torch.Tensor:
@@ -214,17 +230,26 @@ class TreeDecoder(Decoder):
     """Base class of tree-verified decoders; subclasses implement :meth:`make_proposer`."""
 
     name = "tree"
-    lossless = True  # at temperature 0 (greedy rule)
-    acceptance_rules: tuple[str, ...] = ("greedy", "typical")  # rules its proposals can feed
-    default_greedy = "greedy"     # rule at temperature 0 unless ``acceptance`` says otherwise
-    default_sampling = "typical"  # rule at temperature > 0 unless ``acceptance`` says otherwise
+    lossless = True  # greedy output equals vanilla's; sampled output has the target's distribution
+    # rules its proposals can feed: target_sampling is exact for any tree built before verification
+    acceptance_rules: tuple[str, ...] = ("greedy", "target_sampling", "typical")
+    default_greedy = "greedy"              # rule at temperature 0 unless ``acceptance`` says otherwise
+    default_sampling = "target_sampling"   # rule at temperature > 0 unless ``acceptance`` says otherwise
 
     @classmethod
     def options(cls) -> dict:
-        # lazy_head: under greedy, the LM head only on the nodes the walk reads (same tokens;
+        # lazy_head: under a lazy rule, the LM head only on the nodes the walk reads (same tokens;
         # false computes every node's logits, as the stock loop does)
-        return {"temperature": Option(0.0, (float,), lo=0.0), "seed": 0,
-                "acceptance": Option(None, (str,)), "lazy_head": True}
+        return {**super().options(), "acceptance": Option(None, (str,)), "lazy_head": True}
+
+    @classmethod
+    def can_sample(cls) -> bool:
+        """A tree decoder samples when one of its rules serves temperature > 0."""
+        return any("positive" in acc.RULES[r].temperatures for r in cls.acceptance_rules if r in acc.RULES)
+
+    def sampling_rule(self) -> str:
+        """The rule at temperature > 0 unless ``acceptance`` names one (a lossless one)."""
+        return self.default_sampling
 
     def __init__(self, model, tokenizer=None, **cfg):
         check_loop_options(type(self))
@@ -234,7 +259,7 @@ class TreeDecoder(Decoder):
     def make_rule(self) -> acc.AcceptanceRule:
         """The configured acceptance rule, checked against this decoder and the temperature."""
         t = self.cfg["temperature"]
-        name = self.cfg["acceptance"] or (self.default_greedy if t == 0 else self.default_sampling)
+        name = self.cfg["acceptance"] or (self.default_greedy if t == 0 else self.sampling_rule())
         if name not in acc.RULES:
             raise unknown("acceptance rule", name, acc.RULES)
         if name not in self.acceptance_rules:
@@ -244,7 +269,7 @@ class TreeDecoder(Decoder):
         if ("zero" if t == 0 else "positive") not in cls.temperatures:
             raise UserError(f"acceptance={name!r} needs temperature {'0' if 'zero' in cls.temperatures else '> 0'}"
                             f"; got temperature={t}")
-        return cls(t, **self.rule_options())
+        return cls(t, top_p=self.cfg["top_p"], top_k=self.cfg["top_k"], **self.rule_options())
 
     def rule_options(self) -> dict:
         """Keyword options of the acceptance rule (e.g. a threshold); none by default."""
@@ -262,7 +287,7 @@ class TreeDecoder(Decoder):
     # -- the loop ----------------------------------------------------------------------------
     def _generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeOutput:
         times = StepTimes(self.device)  # step 0: the proposer's set-up and the prefill
-        gen = torch.Generator(device=self.device).manual_seed(int(self.cfg["seed"]))
+        gen = self.generator()
         proposer = self.make_proposer(input_ids)
         want_hidden = proposer.needs_hidden
         t0 = device_clock(self.device)
@@ -278,7 +303,8 @@ class TreeDecoder(Decoder):
         times.close(0.0, prefill_s)
         while not done:
             state = ProposerState(input_ids, tokens, hidden, max_new_tokens - len(tokens),
-                                  self.cfg["temperature"], gen)
+                                  self.cfg["temperature"], gen, self.cfg["top_p"], self.cfg["top_k"],
+                                  self.rule.needs_draft_probs and not self.rule.chain_only)
             step, tree_tokens = verify_step(self.target, self.rule, proposer, state, gen, self.lazy_head)
             proposal, path, verified, nxt = step.proposal, step.path, step.verified, step.next_token
             new = tree_tokens[path[1:]].tolist() + [nxt]
@@ -298,11 +324,13 @@ class TreeDecoder(Decoder):
 
 
 def check_loop_options(cls: type[TreeDecoder]) -> None:
-    """A subclass's ``options()`` must keep the loop's own (``temperature``, ``seed``, ...):
-    one ``error:`` line naming the missing ones, not a ``KeyError`` from inside the loop."""
-    # lazy_head is read with a default (a decoder may leave it out and get the lazy readout)
+    """A subclass's ``options()`` must keep the loop's own (``acceptance``, ...): one ``error:``
+    line naming the missing ones, not a ``KeyError`` from inside the loop."""
+    # lazy_head is read with a default (a decoder may leave it out and get the lazy readout); the
+    # base class merges the sampling options into every decoder's, so only the loop's own ones
+    # decide, but the message names everything the merge would have brought
     missing = [k for k in TreeDecoder.options() if k != "lazy_head" and k not in cls.options()]
-    if missing:
+    if any(k not in SAMPLING_OPTIONS for k in missing):
         raise UserError(f"decoder {cls.name!r} ({cls.__module__}.{cls.__qualname__}) declares options() without "
                         f"the tree loop's {', '.join(missing)}; valid: merge the base class's options, "
                         "return {**super().options(), ...}")
@@ -337,7 +365,7 @@ def evaluate_posterior(target: Target, rule: acc.AcceptanceRule, proposal: Propo
     tree = proposal.tree.to(target.device)
     if logits is None:
         rows = lambda nodes: target.head_rows(verified, nodes)  # noqa: E731
-        return rule.evaluate_lazy(tree_tokens, tree.parents, rows, tree.retrieve_indices)
+        return rule.evaluate_lazy(tree_tokens, tree.parents, rows, tree.retrieve_indices, gen)
     return rule.evaluate(tree_tokens, logits, tree.retrieve_indices, tree_tokens[1:], proposal.draft_probs, gen)
 
 

@@ -8,7 +8,9 @@ slow drifts of a noisy machine hit every decoder alike. Each decoder is warmed u
 The output file appears only when the run completes. Decoders, their configs, the device and
 the output path are checked before the model loads; a prompt over ``--max-prompt-tokens`` or
 the model's context is an error unless ``--truncate`` asks for a cut (recorded as
-``prompt_truncated_from`` and said on stderr).
+``prompt_truncated_from`` and said on stderr). ``--temperature``, ``--top-p``, ``--top-k`` and
+``--seed`` set every decoder's sampling options (a label's own ``--decoder-config`` wins); every
+record states the four values it decoded with (records without them are greedy).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tqdm import tqdm
 from ..checks import ArgumentParser, check_device, check_out_path, check_positive_int
 from ..assets.data import load_dataset_samples
 from ..decoders import DECODERS, decoder_class, get_decoder
+from ..decoders.base import SAMPLING_OPTIONS
 from ..errors import UserError, check_range, cli_main, unknown
 from ..engine.fast import few_rows_kernels
 from ..hardware import PeakMemory, code_version, describe
@@ -53,6 +56,11 @@ def parse_args(argv=None):
                          "text, keep the chat header) or last (keep its last tokens); default: error")
     ap.add_argument("--decoder-config", default="{}",
                     help='JSON: {"label": {option: value}}, each key one of the --decoders labels')
+    samp = ap.add_argument_group("sampling (every decoder of the run; a label's --decoder-config wins)")
+    samp.add_argument("--temperature", type=float, default=None, help="0 = greedy (the decoders' default)")
+    samp.add_argument("--top-p", type=float, default=None, help="nucleus truncation in (0, 1]; 1 = off")
+    samp.add_argument("--top-k", type=int, default=None, help="top-k truncation; 0 = off")
+    samp.add_argument("--seed", type=int, default=None, help="seed of each decoder's own generator")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
@@ -145,7 +153,21 @@ def validate(args) -> tuple[dict[str, str], dict[str, dict]]:
                             f"valid: add vanilla to --decoders")
         # last in the per-prompt order: the pair brackets every other decoder of the prompt
         names[AA_LABEL] = "vanilla"
-    return names, parse_decoder_config(args.decoder_config, list(names))
+    return names, with_sampling(args, names, parse_decoder_config(args.decoder_config, list(names)))
+
+
+def with_sampling(args, names: dict[str, str], cfgs: dict[str, dict]) -> dict[str, dict]:
+    """Each label's options with the run's ``--temperature/--top-p/--top-k/--seed`` under its
+    own, checked before any model loads (a range, or a decoder that cannot sample)."""
+    run_level = {k: getattr(args, k, None) for k in SAMPLING_OPTIONS}
+    run_level = {k: v for k, v in run_level.items() if v is not None}
+    out = {}
+    for label, name in names.items():
+        cfg = {**run_level, **cfgs.get(label, {})}
+        decoder_class(name).check_sampling(cfg)
+        if cfg:
+            out[label] = cfg
+    return out
 
 
 def run(args) -> list[dict]:
@@ -262,7 +284,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                        "new_tokens": st["new_tokens"], "steps": st["steps"],
                        "accept_lengths": st["accept_lengths"], "wall_time": st["wall_time"],
                        "peak_mem_bytes": mem.peak, "mem_growth_bytes": mem.growth,
-                       "prompt_tokens": int(ids.shape[1]), **meta,
+                       "prompt_tokens": int(ids.shape[1]), **meta, **d.sampling,
                        "decoder_config": cfgs.get(name, {}), "components": components[name],
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
                 if d.tokenizer is not None:  # quality metrics read text, not ids (notebooks load no tokenizer)
