@@ -161,6 +161,7 @@ class BildConfig:
     oracle: OracleConfig | None = None  # Figure 2's oracle study
     early_exit: EarlyExitConfig | None = None  # Figures 6 and 7
     reduced_vocab: ReducedVocabConfig | None = None  # beyond the paper (embedded small models)
+    rollback_rule: str | None = None  # every sweep's rule (bild.decoding.ROLLBACK_RULES); None: the decoder's (the paper's)
 
     def __post_init__(self):
         check_range("bild.max_small_tokens", self.max_small_tokens, 1)
@@ -209,7 +210,8 @@ def from_mapping(raw: Mapping) -> BildConfig:
                       oracle=OracleConfig(tuple(raw["oracle"]["thresholds"]), raw["oracle"].get("n"))
                       if raw.get("oracle") else None,
                       early_exit=_early_exit(raw["early_exit"]) if raw.get("early_exit") else None,
-                      reduced_vocab=ReducedVocabConfig(**raw["reduced_vocab"]) if raw.get("reduced_vocab") else None)
+                      reduced_vocab=ReducedVocabConfig(**raw["reduced_vocab"]) if raw.get("reduced_vocab") else None,
+                      rollback_rule=raw.get("rollback_rule"))
 
 
 def _early_exit(raw: Mapping) -> EarlyExitConfig:

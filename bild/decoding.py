@@ -9,10 +9,16 @@ The paper's Algorithm 1, step by step, as this loop runs it (greedy, batch 1):
 * the large model runs one non-autoregressive pass over every pending small token and
   produces one token of its own (the tree loop's verification of a chain);
 * *rollback*: at the first pending position m where the cross-entropy of the small token
-  under the large model, ``-log p_L(y_m)``, exceeds ``rollback_threshold`` (alpha_RB, nats)
-  and the large model's argmax differs from ``y_m``, the small tokens from m on are dropped
-  and the large model's argmax takes position m; both caches are cropped (the loop's
-  ``update_inputs_and_kv`` and the draft's ``update``).
+  under the large model, ``-log p_L(y_m)``, exceeds ``rollback_threshold`` (alpha_RB, nats),
+  the small tokens from m on are dropped and the large model's argmax takes position m (Eq. 3
+  with the paper's distance, section 4.2: nothing else decides); both caches are cropped (the
+  loop's ``update_inputs_and_kv`` and the draft's ``update``).
+
+``rollback_rule``: ``paper`` (the default, as above) or ``argmax_differs``, which also asks that
+the large model's argmax differ from ``y_m`` before it rolls back (a position whose small token
+already is the large model's choice is kept, however unlikely it is). The second is not the
+paper's rule: it is what the committed BiLD records ran (their labels pin it; the paper rule's
+rerun is pending, issue #81), kept as a labelled option so both can be measured.
 
 Statistics beside the tree loop's: ``source`` (which model produced each token), ``segments``
 (the text in runs of one source, for Figure 10), ``rollbacks``, ``fallbacks``, per-model
@@ -54,10 +60,14 @@ from common.engine.target import make_target, model_kind
 from .examples import segments
 
 
+ROLLBACK_RULES = ("paper", "argmax_differs")
+
+
 @register_rule
 class Rollback(AcceptanceRule):
     """BiLD's rollback policy on a chain of small-model tokens (greedy; lossy unless the
-    threshold is 0). ``threshold`` is alpha_RB in nats; ``inf`` never rolls back."""
+    threshold is 0). ``threshold`` is alpha_RB in nats; ``inf`` never rolls back; ``rule`` is
+    one of :data:`ROLLBACK_RULES` (the module docstring)."""
 
     name = "rollback"
     temperatures = ("zero",)
@@ -71,7 +81,9 @@ class Rollback(AcceptanceRule):
         y = tree_tokens[path[1:]]                                      # [g] small tokens
         logp = torch.log_softmax(logits[path[:-1]].float(), dim=-1)    # [g, V] large model before each
         nll = -logp.gather(-1, y[:, None]).squeeze(-1)                 # cross-entropy of the hard label
-        bad = (nll > self.options["threshold"]) & (logp.argmax(-1) != y)
+        bad = nll > self.options["threshold"]
+        if self.options.get("rule", "paper") == "argmax_differs":
+            bad &= logp.argmax(-1) != y
         m = int(bad.long().argmax()) if bool(bad.any()) else g          # first rolled-back position
         return path[: m + 1], int(logits[path[m]].argmax())
 
@@ -92,6 +104,8 @@ class BigLittleDecoder(TreeDecoder):
                 "exit_layer": Option(None, (int,), lo=1),
                 "fallback_threshold": Option(0.5, (float,), lo=0.0, hi=1.0),
                 "rollback_threshold": Option(5.0, (float,), lo=0.0),
+                # records older than the option ran argmax_differs
+                "rollback_rule": Option("paper", (str,), choices=ROLLBACK_RULES, legacy="argmax_differs"),
                 "max_small_tokens": Option(10, (int,), lo=1),
                 "fallback": True, "rollback": True,
                 "temperature": Option(0.0, (float,), lo=0.0, hi=0.0), "seed": 0,
@@ -111,7 +125,8 @@ class BigLittleDecoder(TreeDecoder):
         self.small, self.target = None, SharedExitTarget(model, k)
 
     def rule_options(self) -> dict:
-        return {"threshold": self.cfg["rollback_threshold"] if self.cfg["rollback"] else float("inf")}
+        return {"threshold": self.cfg["rollback_threshold"] if self.cfg["rollback"] else float("inf"),
+                "rule": self.cfg["rollback_rule"]}
 
     def make_proposer(self, input_ids: torch.Tensor) -> Proposer:
         fallback = self.cfg["fallback_threshold"] if self.cfg["fallback"] else 0.0

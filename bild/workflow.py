@@ -111,6 +111,11 @@ class RuleParams:
             return t.small[wildcards.variant]
         return f"{self.components}/bild_small_{wildcards.variant}/model"
 
+    def rollback_rule(self) -> dict:
+        """``{"rollback_rule": ...}`` where the profile pins one (``bild.rollback_rule``), else
+        nothing: the decoder's default, the paper's rule."""
+        return {"rollback_rule": self.cfg.rollback_rule} if self.cfg.rollback_rule else {}
+
     def settings(self, wildcards) -> dict[str, dict]:
         """``{label: options}`` of every decoder a sweep runs besides ``vanilla``: BiLD at each
         (alpha_FB, alpha_RB) of the grid; with the aligned small model also Figure 5's ablations
@@ -119,14 +124,15 @@ class RuleParams:
         at each window, greedy and sampled at temperature 1 (section 4.2 compares it with
         unaligned BiLD)."""
         t, small, n = self.task(wildcards), self.small(wildcards), self.cfg.max_small_tokens
-        out = {label(f, r): {"small": small, "fallback_threshold": f, "rollback_threshold": r, "max_small_tokens": n}
-               for f, r in t.grid()}
+        out = {label(f, r): {"small": small, "fallback_threshold": f, "rollback_threshold": r, "max_small_tokens": n,
+                             **self.rollback_rule()} for f, r in t.grid()}
         if wildcards.variant == "aligned":
             mid = sorted(t.rollback)[len(t.rollback) // 2]
             out.update({f"bild@fb{f:g}_norb": {"small": small, "fallback_threshold": f, "rollback": False,
                                                "max_small_tokens": n} for f in t.fallback})
             out.update({f"bild@handover{h}_rb{mid:g}": {"small": small, "fallback": False, "rollback_threshold": mid,
-                                                       "max_small_tokens": h} for h in self.cfg.handover})
+                                                       "max_small_tokens": h, **self.rollback_rule()}
+                        for h in self.cfg.handover})
         else:
             # greedy (the large model's tokens exactly) and sampled at temperature 1 (the paper's
             # speculative sampling: its BLEU of 39.93 on IWSLT is not the greedy large model's 40.32)
@@ -212,7 +218,8 @@ class RuleParams:
         ee = self.cfg.early_exit
         if ExitLoss.parse(wildcards.exitloss) is ExitLoss.BILD:
             return {label(f, r): {"exit_layer": ee.exit_layer, "fallback_threshold": f, "rollback_threshold": r,
-                                  "max_small_tokens": self.cfg.max_small_tokens} for f, r in ee.grid()}
+                                  "max_small_tokens": self.cfg.max_small_tokens, **self.rollback_rule()}
+                    for f, r in ee.grid()}
         return {calm_label(lam, tau): {"threshold": lam, "tau": tau, "min_exit": ee.calm_min_exit}
                 for lam, tau in ee.calm_grid()}
 
@@ -260,7 +267,8 @@ class RuleParams:
             smalls.append((self.compact_suffix(), self.compact_dir()))
         for suffix, small in smalls:
             out.update({label(f, r) + suffix: {"small": small, "fallback_threshold": f, "rollback_threshold": r,
-                                               "max_small_tokens": n} for f, r in self.cfg.task(rv.task).grid()})
+                                               "max_small_tokens": n, **self.rollback_rule()}
+                        for f, r in self.cfg.task(rv.task).grid()})
         return out
 
     def reduced_decoders(self, wildcards=None) -> str:

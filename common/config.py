@@ -178,12 +178,17 @@ def check_variant_refs(name: str, profile_raw: Mapping) -> None:
 
 def label_lists(profile_raw: Mapping) -> dict[str, list[str]]:
     """Every list of decoder labels a profile runs, by where it is: the cross groups
-    (``cross/groups/<group>``) and each paper section's benchmark (``<section>/bench/decoders``)."""
+    (``cross/groups/<group>``), each paper section's benchmark (``<section>/bench/decoders``) and
+    the study's ``pending`` labels (``study/pending``: measured by the final one-host study, run
+    by no rule yet; listed so their names and decoder_config entries are checked now)."""
     out = {f"cross/groups/{g}": list(ls) for g, ls in profile_raw["cross"]["groups"].items()}
     for name, sec in profile_raw.items():
         bench = sec.get("bench") if isinstance(sec, Mapping) else None
         if isinstance(bench, Mapping) and "decoders" in bench:
             out[f"{name}/bench/decoders"] = list(bench["decoders"])
+    pending = (profile_raw.get("study") or {}).get("pending")
+    if pending:
+        out["study/pending"] = list(pending)
     return out
 
 
@@ -376,6 +381,18 @@ def placeholder(value) -> str | None:
     if isinstance(value, str) and re.fullmatch(r"\{\w+\}", value):
         return value[1:-1]
     return None
+
+
+def placeholders(value) -> list[str]:
+    """Every component name ``"{name}"`` in a decoder option value, nested lists and mappings
+    included (a pool's ``sources`` name their heads inside), in order, each once."""
+    if isinstance(value, Mapping):
+        found = [n for v in value.values() for n in placeholders(v)]
+    elif isinstance(value, (list, tuple)):
+        found = [n for v in value for n in placeholders(v)]
+    else:
+        found = [placeholder(value)] if placeholder(value) else []
+    return list(dict.fromkeys(found))
 
 
 def section(profile: Profile, name: str, build):

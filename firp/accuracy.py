@@ -21,12 +21,13 @@ the step reads, the split points ``n``, the component's parameters and how it wa
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
+from common.checks import differences
 from common.errors import UserError, cli_main
+from common.paths import load_json
 from common.engine.forward import final_norm, num_layers
 
 from .train import anchor_logits, split_accuracy
@@ -64,8 +65,8 @@ def load_heads(model, folder: Path):
     state = read_trained(Path(folder) / "heads.pt", hint="train it first (python -m common.components.medusa_heads / firp.exit_heads)")
     meta = state["identity"]["meta"]
     want = heads_meta(model, int(meta.get("n_heads", 0)), bool(meta.get("share_lm_head", False)))
-    if any(meta.get(k) != v for k, v in want.items()):
-        raise UserError(f"heads at {folder} were trained for {meta}, not for this model ({want})")
+    if diff := differences({k: meta.get(k) for k in want}, want):
+        raise UserError(f"heads at {folder} were trained for another model ({diff}); train them for this one")
     heads = new_heads(model, want["n_heads"], want["share_lm_head"])
     load_trained(heads, state)
     return heads, meta.get("input_layers"), meta
@@ -74,7 +75,7 @@ def load_heads(model, folder: Path):
 def _trained(folder: Path) -> dict:
     """How a component was trained, from the ``stats.json`` its trainer left beside it."""
     f = Path(folder) / "stats.json"
-    s = json.loads(f.read_text()) if f.is_file() else {}
+    s = load_json(f, "training stats", "train the component again (its trainer rewrites it)") if f.is_file() else {}
     return {k: s.get(k) for k in ("steps", "stopped", "train_wall_s", "params", "labels", "train_sequences")}
 
 

@@ -64,15 +64,14 @@ def maps_cli(description: str, argv, add_args=None):
         ``(args, model, maps, meta, corpus)``: ``maps`` loaded with its training's state,
         ``meta`` the checkpoint's meta (layers, mask_earlier), ``corpus()`` the held-out answers.
     """
-    import argparse
-
-    from common.checks import check_device
+    from common.checkpoints import check_meta
+    from common.checks import ArgumentParser, check_device, check_positive_int
     from common.assets.models import load_model
     from common.training.loop import read_trained
 
     from .decoding import new_maps, trained_meta
 
-    ap = argparse.ArgumentParser(description=description)
+    ap = ArgumentParser(description=description)
     ap.add_argument("--model", required=True)
     ap.add_argument("--maps", type=Path, required=True, help="folder with maps.pt (python -m firp.train)")
     if add_args is not None:
@@ -89,13 +88,15 @@ def maps_cli(description: str, argv, add_args=None):
     if (a.corpus_dir is None) == (a.heldout_corpus is None):
         raise UserError("give the held-out answers as --corpus-dir (the sharded corpus's held-out shard) or "
                         "--heldout-corpus (a greedy corpus cache), one of the two")
+    # every cheap check before the model loads: the maps' file is read mapped, metadata only
+    check_positive_int("--threads", a.threads)
+    device = str(check_device(a.device))
+    state = read_trained(a.maps / "maps.pt", hint="train it first (python -m firp.train)")
     if a.threads:
         torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model, device=str(check_device(a.device)))
-    state = read_trained(a.maps / "maps.pt", hint="train it first (python -m firp.train)")
+    model, tok = load_model(a.model, device=device)
     meta = state["identity"]["meta"]
-    if meta != trained_meta(model, meta):
-        raise UserError(f"maps at {a.maps} were trained for {meta}, not for {a.model}")
+    check_meta(state, trained_meta(model, meta), f"maps at {a.maps}", f"train them for {a.model} (python -m firp.train)")
     maps = new_maps(model, meta["layers"])
     maps.load_state_dict(state["module"])
     # loaded when asked, after the caller's own checks (load_or_build may have to generate it)

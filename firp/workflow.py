@@ -40,6 +40,12 @@ class RuleParams:
     def layer_flags(self, wildcards) -> str:
         return layer_flags(self.train_config(wildcards))
 
+    def mode_flags(self, wildcards) -> str:
+        """``--mode joint`` where the config pins the joint training (the committed maps); nothing
+        for the default, the paper's separate training (firp/train.py)."""
+        mode = self.train_config(wildcards).get("mode", "separate")
+        return "" if mode == "separate" else f"--mode {mode}"
+
     def exit_flags(self) -> str:
         """The early-exit heads' steps and input layers: the main maps' (``--steps-k K [--layers ...]``)."""
         c = self.config("main")

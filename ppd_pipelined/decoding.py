@@ -54,6 +54,7 @@ from torch import nn
 
 from common.decoders.base import DecodeOutput, Decoder, Option
 from common.errors import UserError, check_range
+from common.paths import load_or_error
 from common.engine.forward import check_layer, embed, logits_from_hidden, num_layers
 from common.hardware import device_clock
 
@@ -85,9 +86,8 @@ def load_head(head, model) -> nn.Module | None:
     if not isinstance(head, (str, Path)):
         raise UserError(f"head must be None, an nn.Module or a path to a saved state dict; got {type(head).__name__}")
     path = Path(head)
-    if not path.is_file():
-        raise UserError(f"head file {str(path)!r} does not exist")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_or_error(path, lambda p: torch.load(p, map_location="cpu", weights_only=True), "head file",
+                          "delete it and train the heads again (python -m ppd_pipelined.heads)")
     weights = [key for key in state if key == "weight" or key.endswith(".weight")] if isinstance(state, dict) else []
     if len(weights) != 1:
         raise UserError(f"head file {str(path)!r} must hold one nn.Linear state dict (a 'weight' [V, H], "

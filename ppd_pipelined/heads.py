@@ -33,7 +33,6 @@ and match with the final layer before and after training (what ``ppdp.table4`` p
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -45,10 +44,12 @@ import torch
 from torch import nn
 
 from common.assets.data import load_dataset_samples
+from common.checks import ArgumentParser, check_device, check_positive_int, differences
 from common.errors import UserError, cli_main
 from common.engine.forward import num_layers
 from common.hardware import code_version, describe
 from common.assets.prompts import encode_prompt
+from common.paths import short_reason
 from common.records import check_start
 from common.training.loop import Stopping, TrainConfig, fingerprint, load_trained, read_trained, run_path, train
 
@@ -230,16 +231,19 @@ def train_heads(model, tokenizer, layers, cfg: HeadsConfig, out_dir: Path, log_p
 def load_heads(model, ckpt_path: Path) -> LayerHeads:
     """The trained heads of a finished checkpoint (refused for another base model)."""
     state = read_trained(ckpt_path, hint="train it first (rule ppdp_train_heads)")
+    found, want = state["identity"]["meta"].get("model"), fingerprint(model)
+    if found != want:
+        diff = differences(found if isinstance(found, dict) else {"model": found}, want)
+        raise UserError(f"heads checkpoint {ckpt_path} was trained for another model ({diff}); train them for this "
+                        "one (rule ppdp_train_heads)")
     meta = state["identity"]["meta"]
-    if meta.get("model") != fingerprint(model):
-        raise UserError(f"heads checkpoint {ckpt_path} was trained for {meta.get('model')}, not {fingerprint(model)}")
     heads = LayerHeads(meta["layers"], model.config.hidden_size, model.lm_head.out_features)
     load_trained(heads, state)
     return heads.to(device=model.device, dtype=model.dtype)
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description="train the intermediate-layer LM heads of Predictive Pipelined Decoding (Table 4 recipe)")
+    ap = ArgumentParser(description="train the intermediate-layer LM heads of Predictive Pipelined Decoding (Table 4 recipe)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--layers", required=True, help="comma-separated probed layers")
     ap.add_argument("--out", type=Path, required=True, help="folder for heads.pt and head_l<l>.pt")
@@ -259,12 +263,16 @@ def main(argv=None) -> None:
         cfg = HeadsConfig(**json.loads(a.config))
         layers = [int(x) for x in a.layers.split(",") if x]
     except (TypeError, ValueError) as e:
-        raise UserError(f"bad heads config: {e}") from None
+        raise UserError(f"bad heads config ({short_reason(e)}); valid: --config with HeadsConfig's fields as a "
+                        "JSON object, --layers as comma-separated integers") from None
     check_probed_layers(layers)
+    # every cheap check before the model loads
+    check_positive_int("--threads", a.threads)
+    device = str(check_device(a.device))
     if a.threads:
         torch.set_num_threads(a.threads)
     from common.assets.models import load_model
-    model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
+    model, tok = load_model(a.model, dtype=a.dtype, device=device)
     exclude = excluded_ids([d for d in a.exclude_datasets.split(",") if d])
     summary = train_heads(model, tok, layers, cfg, a.out, a.log, exclude, curve_path=a.curve_out)
     summary |= {"model_name": a.model, "profile": a.profile, "device": describe(a.device), "dtype": a.dtype,

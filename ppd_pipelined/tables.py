@@ -277,3 +277,49 @@ def tradeoff_table(G: pd.DataFrame, tasks: list[str], ks: list[int], mid: int, d
                              "paper_compute_per_time_unit": theory.compute_per_time_unit(pp, k) if pp == pp else np.nan,
                              "paper_compute_per_token": theory.compute_per_token(pp, k) if pp == pp else np.nan})
     return pd.DataFrame(rows)
+
+
+def templates_table(recs: list[dict], tasks: list[str]) -> pd.DataFrame:
+    """Table 1: per task, the prompt template as the code rendered it (``prompts_<task>.jsonl``
+    records): the paper's dataset, the one used, how many prompts, the template and its fields."""
+    rows = []
+    for t in tasks:
+        r = [x for x in recs if x["task"] == t]
+        rows.append({"task": LABEL[t], "paper dataset": r[0]["paper_dataset"], "dataset used": r[0]["dataset"],
+                     "prompts": len(r), "template": r[0]["template"],
+                     "prompt": r[0]["template_text"].replace("\n", "<br>"), "fields": r[0]["fields_rule"]})
+    return pd.DataFrame(rows)
+
+
+def heads_recipe_table(hm: dict, paper: dict) -> tuple[pd.DataFrame, list[str]]:
+    """Table 4: the intermediate heads' training recipe read from the checkpoint's metadata
+    (``heads_meta.json``: ``hm``) beside the paper's values (``paper``: hyperparameter -> value),
+    then what the paper does not state and the held-out change per layer. Returns the table and
+    the paper's hyperparameters used at another value here."""
+    c, m = hm["config"], hm["meta"]
+    used = {"Number of Epochs": c["epochs"], "Learning Rate": c["lr"], "Batch Size": c["batch_size"],
+            "Optimizer": "AdamW", "Loss Function": "Cross-Entropy (next token, reply tokens)",
+            "Max Sequence Length": c["max_len"], "Warmup ratio": c["warmup_frac"], "Weight Decay": c["weight_decay"]}
+    rows = [{"hyperparameter": k, "paper": str(paper[k]), "used": str(used[k])} for k in paper]
+    extra = [("LR schedule", "-", "linear warmup, then linear decay (common.training.loop)"),
+             ("Max grad norm", "-", c["max_grad_norm"]), ("Seed", "-", c["seed"]),
+             ("Initialization", "-", m["init"]), ("Frozen", "all model parameters", m["frozen"]),
+             ("Training data", "ShareGPT", f"{m['dataset']}: {m['sequences']} conversations "
+                                          f"({hm['train_tokens']} reply tokens), {m['excluded_eval_conversations']} "
+                                          f"evaluation conversations excluded"),
+             ("Layers", "each probed layer", ", ".join(map(str, m["layers"]))),
+             ("Steps", "-", hm["steps"]), ("Training wall time (s)", "8 A100 GPUs", round(hm["train_wall_s"], 1)),
+             ("Stopped", "after the epochs", f"{hm.get('stopped')} (held-out check every {c.get('eval_every')} steps, "
+                                             f"patience {c.get('patience')}, min_delta {c.get('min_delta')}, "
+                                             f"budget {c.get('wall_budget_s')} s)")]
+    rows += [{"hyperparameter": a, "paper": str(b), "used": str(v)} for a, b, v in extra]
+    if hm.get("holdout_before") and hm.get("holdout_after"):
+        b, a = hm["holdout_before"], hm["holdout_after"]
+        for layer in m["layers"]:
+            x, y = b[str(layer)], a[str(layer)]
+            rows.append({"hyperparameter": f"held-out, layer {layer}: CE / top-1 acc / top-1 = final",
+                         "paper": "-", "used": f"{x['loss']:.3f} -> {y['loss']:.3f} / {x['acc']:.3f} -> {y['acc']:.3f}"
+                                               f" / {x['match_final']:.3f} -> {y['match_final']:.3f}"
+                                               f" ({b['tokens']} tokens, before -> after)"})
+    differ = [k for k in paper if str(paper[k]) != str(used[k]).split(" (")[0]]
+    return pd.DataFrame(rows), differ

@@ -27,10 +27,10 @@ rule firp_train:
     resources: **rule_resources("firp_train")
     params:
         env=ENV, py=PY, m=P.model, tr=FIRPR.train_config, data=seq_data_flags, t=P.threads, dev=P.device,
-        out=parent_of_ckpt, stop=FIRPR.stopping_flags, layers=FIRPR.layer_flags,
+        out=parent_of_ckpt, stop=FIRPR.stopping_flags, layers=FIRPR.layer_flags, mode=FIRPR.mode_flags,
     shell:
         "{params.env} {params.py} -m firp.train --model {params.m} --out {params.out}"
-        " {params.data} --steps-k {params.tr[steps_k]} {params.layers} --anchors {params.tr[anchors]}"
+        " {params.data} --steps-k {params.tr[steps_k]} {params.layers} {params.mode} --anchors {params.tr[anchors]}"
         " --lr {params.tr[lr]} --batch-size {params.tr[batch_size]} {params.stop}"
         " --stats-out {output.stats} --curve-out {output.curve} --device {params.dev} --threads {params.t} > {log} 2>&1"
 

@@ -75,3 +75,13 @@ def test_kinds_of_sweep_labels():
         == ["vanilla", "no rollback", "no fallback", "BiLD"]
     assert [T.sampling_kind(d) for d in ("speculative@g4_t1", "speculative@g4", "bild@fb0.5_rb2", "bild_x", "vanilla")] \
         == ["speculative sampling", "speculative (greedy)", "BiLD", "other", "vanilla"]
+
+
+def test_within_one_rows_picks_the_fastest_setting_within_a_point():
+    g = points(decoder=["vanilla", "a", "b", "c"], quality=[10.0, 9.5, 8.0, 9.2], speedup=[1.0, 1.1, 2.0, 1.3],
+               agree_tokens=[1.0, 0.9, 0.5, 0.8])
+    paper = {"within_speedup": {"IWSLT": 1.6}, "stand_in": {"IWSLT": "translate"}}
+    [row] = T.within_one_rows({("translate", "bild"): g}, ["translate"], paper)
+    assert row["best_within_1"] == "c" and row["speedup"] == 1.3 and row["paper IWSLT speedup"] == 1.6
+    none = T.within_one_rows({("translate", "bild"): g[g.decoder.isin(["vanilla", "b"])]}, ["translate"], paper)
+    assert none[0]["best_within_1"] == "none" and none[0]["speedup"] is None

@@ -135,7 +135,7 @@ def test_trainer_writes_a_resumable_checkpoint_with_its_accuracy_table(chaotic_l
         data = {"train": greedy_sequences(model, 4), "heldout": greedy_sequences(model, 2, seed=50)}
         cfg = TrainConfig(lr=1e-3, epochs=5, batch_size=2, max_steps=4)
         stats = train_maps(model, data, tmp_path / "maps", cfg, Stopping(eval_every=2), [1, 2, 3], anchors=4,
-                           mask_earlier=True)
+                           mask_earlier=True, mode="joint")  # the separate mode: tests/test_firp_train_modes.py
     finally:
         for p in model.parameters():
             p.requires_grad_(True)

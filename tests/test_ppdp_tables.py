@@ -100,3 +100,23 @@ def test_tradeoff_table_is_greedy_at_p_zero_and_has_no_paper_value_where_it_has_
     assert list(t.p_correct) == [0.0, 0.0]
     assert t.latency_per_token.tolist() == pytest.approx([1.0, 1.0])  # no match: every token costs d layers
     assert t.paper_p_correct.iloc[0] == 0.5 and math.isnan(t.paper_latency_per_token.iloc[1])
+
+
+def test_templates_table_reads_one_row_per_task():
+    recs = [{"task": "squad", "paper_dataset": "SQuAD", "dataset": "mt-bench", "template": "qa",
+             "template_text": "Q:\n{q}", "fields_rule": "q"}] * 3
+    t = T.templates_table(recs, ["squad"])
+    assert t.iloc[0].to_dict() == {"task": T.LABEL["squad"], "paper dataset": "SQuAD", "dataset used": "mt-bench",
+                                   "prompts": 3, "template": "qa", "prompt": "Q:<br>{q}", "fields": "q"}
+
+
+def test_heads_recipe_names_the_values_changed_from_the_paper():
+    c = {"epochs": 1, "lr": 0.001, "batch_size": 4, "max_len": 512, "warmup_frac": 0.0, "weight_decay": 0.0,
+         "max_grad_norm": 1.0, "seed": 0}
+    m = {"init": "lm head", "frozen": "all", "dataset": "sharegpt", "sequences": 10,
+         "excluded_eval_conversations": 2, "layers": [3]}
+    hm = {"config": c, "meta": m, "train_tokens": 100, "steps": 5, "train_wall_s": 1.0}
+    paper = {"Number of Epochs": 1, "Learning Rate": 0.0001}
+    table, differ = T.heads_recipe_table(hm, paper)
+    assert differ == ["Learning Rate"]
+    assert list(table.hyperparameter[:2]) == ["Number of Epochs", "Learning Rate"] and table.used[1] == "0.001"

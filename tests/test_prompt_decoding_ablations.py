@@ -118,7 +118,7 @@ def test_two_stage_training_starts_from_the_first_stage(chaotic_llama, tmp_path)
         stats = train_prompts(model, WordTokenizer(), data, tmp_path / "s2", cfg0, Stopping(eval_every=3),
                               PromptRecipe(m=2, n=1, cuts=4, extras=Extras(head=True),
                                            init_from=tmp_path / "s1" / "prompts.pt"))
-        with pytest.raises(UserError, match="valid: m=3"):
+        with pytest.raises(UserError, match="m: 2 there, 3 here"):
             train_prompts(model, WordTokenizer(), data, tmp_path / "s3", cfg0, Stopping(eval_every=3),
                           PromptRecipe(m=3, n=1, cuts=4, init_from=tmp_path / "s1" / "prompts.pt"))
     state = torch.load(tmp_path / "s2" / "prompts.pt", weights_only=False)

@@ -27,9 +27,9 @@ def test_noise_line_only_when_asked(tmp_path, noise):
     R.publish()
     head = header((tmp_path / "cross" / "tables" / "cost.fig.md").read_text())
     assert ("noise" in head) == noise
-    # the noise line goes just before the sources; without it the header keeps the order it was given
-    assert list(head) == (["artifact", "model", "verdict", "noise", "sources"] if noise
-                          else ["artifact", "model", "sources", "verdict"])
+    # the noise line, then what was measured (prompts per cell, decoding), go just before the sources
+    assert list(head) == (["artifact", "model", "verdict", "noise", "prompts", "decoding", "sources"] if noise
+                          else ["artifact", "model", "verdict", "prompts", "decoding", "sources"])
 
 
 def test_note_stands_where_the_papers_numbers_would(tmp_path, capsys):

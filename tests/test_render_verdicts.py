@@ -1,6 +1,7 @@
 """common.harness.render: every table carries a verdict, the paper's numbers stand beside ours, missing
 cells print as "—", and the executed notebook closes with what the artifact shows;
 common.harness.summary: results/SUMMARY.md is made from the tables."""
+import json
 import math
 from pathlib import Path
 
@@ -120,3 +121,77 @@ def test_the_merged_table_reaches_the_header(R, tmp_path):
 def test_every_committed_table_has_a_verdict(table):
     head = header((ROOT / table).read_text())
     assert head.get("verdict") or head.get("trend"), f"{table} has no verdict line"
+
+
+@pytest.mark.parametrize("held, cases, word", [(12, 12, "holds"), (9, 12, "mostly holds"), (8, 12, "partly holds"),
+                                               (7, 12, "partly holds"), (2, 3, "partly holds"), (1, 6, "partly holds"),
+                                               (0, 5, "does not hold"), (0, 0, "untested")])
+def test_mostly_needs_three_quarters(held, cases, word):
+    from common.harness.report import trend, verdict_word
+    assert verdict_word(held, cases) == word
+    assert trend("x", [True] * held + [False] * (cases - held)).endswith(f"claim {word} here")
+
+
+def test_a_check_that_cannot_fail_is_labelled_and_not_counted(R):
+    line = R.trend("p_correct grows with k", [True] * 4, [True] * 4, by_construction=True)
+    assert line.endswith("(holds by construction, not evidence)")
+    assert "trend holds" not in line and "->" not in line
+
+
+def test_single_seed_accuracy_gaps_below_the_tolerance_are_ties(R):
+    # firp.fig7's case: 0.271 vs 0.280 on one seed
+    line = R.trend("masked < not masked", [True], ties=[(0.271, 0.280)], tol=0.02)
+    assert "tie (single seed, gap < 0.02): no verdict either way" in line and "holds" not in line
+    wide = R.trend("masked < not masked", [True], ties=[(0.20, 0.280)], tol=0.02)
+    assert wide.endswith("claim holds here")                                  # a gap above the tolerance counts
+    seeds = R.trend("masked < not masked", [True], ties=[(0.271, 0.280)], tol=0.02, seeds=3)
+    assert seeds.endswith("claim holds here")                                 # three seeds decide it
+
+
+def test_a_verdict_on_records_from_several_hosts_says_so(R, tmp_path):
+    recs = [{"question_id": 1, "device": "cpu: A"}, {"question_id": 1, "device": "cpu: B"}]
+    line = R.trend("faster", [True], records=recs)
+    assert "records from 2 hosts: cpu: A / cpu: B, not one-host evidence" in line
+    assert "hosts" not in R.trend("faster", [True], records=recs[:1])
+    # a verdict the notebook states itself gets the caveat of the table's own records
+    raw = tmp_path / "cross" / "raw" / "x.jsonl"
+    raw.write_text("\n".join(json.dumps({**r, "tokens": [1]}) for r in recs) + "\n")
+    R2 = Render("cost.fig", str(tmp_path), "cross", "embedded", inputs=[str(raw)])
+    R2.save_table(pd.DataFrame({"a": [1.0]}), {"model": "m", "verdict": "a project comparison"})
+    R2.publish()
+    assert "every comparison above: records from 2 hosts" in header(_md(tmp_path))["verdict"]
+
+
+def _rec(q, decoder="vanilla", **cfg):
+    return {"question_id": q, "decoder": decoder, "tokens": [1], "decoder_config": cfg}
+
+
+def test_headers_state_prompts_per_cell_and_decoding(tmp_path):
+    from common.harness.report import decoding_line, measured_header, prompts_line, write_table
+    same = {"run": [_rec(q) for q in range(3)] + [_rec(q, "x") for q in range(3)]}
+    assert prompts_line(same).startswith("3 per cell (2 cells")
+    uneven = {"run": [_rec(q) for q in range(3)] + [_rec(q, "x") for q in range(2)]}
+    assert prompts_line(uneven).startswith("2-3 per cell")
+    assert prompts_line({"curve": [{"step": 1, "train_loss": 2.0}]}) is None       # no prompt behind it
+    assert decoding_line(same["run"]) == "greedy (temperature 0 in every record)"
+    mixed = same["run"] + [_rec(0, "spec@t1", temperature=1.0, acceptance="typical")]
+    assert decoding_line(mixed) == "greedy, except spec@t1: temperature 1.0, acceptance typical"
+    topk = [{"question_id": 0, "method": "top_k", "method_params": {"top_k": 3}, "tokens": [1]}]
+    assert decoding_line(topk) == "sampled: top_k: top-k 3"
+    meta = measured_header({"model": "m", "sources": "s"}, same)
+    assert list(meta) == ["model", "prompts", "decoding", "sources"]
+    write_table(pd.DataFrame({"a": [1]}), "t", tmp_path, {"model": "m"}, runs=uneven)
+    assert header((tmp_path / "t.md").read_text())["prompts"].startswith("2-3 per cell")
+
+
+def test_a_cut_sweep_is_stated_from_the_values(R, tmp_path):
+    from common.harness.report import cut_line
+    assert cut_line("EPTs", [1, 2, 5, 10], [1, 2, 5, 10, 20, 50, 100]) == "EPTs 1, 2, 5, 10 of the paper's 1, 2, 5, 10, 20, 50, 100"
+    assert cut_line("epochs", [1, 2, 3, 4], [1, 2, 3]) is None                        # nothing cut
+    assert cut_line("layers", range(1, 11), range(1, 101)) == "layers 1-10 of the paper's 1-100"
+    R.cut("EPTs", [1, 10], [1, 100])
+    R.save_table(pd.DataFrame({"a": [1.0]}), {"model": "m", "sources": "s"})
+    R.setup_only("x")
+    R.publish()
+    head = header(_md(tmp_path))
+    assert head["cut"] == "EPTs 1, 10 of the paper's 1, 100" and list(head)[-1] == "sources"

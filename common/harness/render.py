@@ -65,7 +65,9 @@ class Render:
         self.noise = noise
         self.note: str | None = None
         self.verdicts: list[str] = []
+        self.cuts: list[str] = []
         self._bench: dict[str, list[dict]] | None = None
+        self._all: dict[str, list[dict]] | None = None
         self._beside: pd.DataFrame | None = None
         self._table: tuple[pd.DataFrame, dict, str] | None = None
 
@@ -81,6 +83,14 @@ class Render:
                         self._bench[Path(p).stem] = recs
         return self._bench
 
+    def input_runs(self) -> dict[str, list[dict]]:
+        """Every declared JSONL input's records, by file name: what the table's header counts
+        (prompts per cell, decoding mode) and the hosts its verdicts rest on, by default."""
+        if self._all is None:
+            self._all = {Path(p).stem: read_jsonl(p) for p in self.inputs
+                         if p.endswith(".jsonl") and Path(p).is_file()}
+        return self._all
+
     @property
     def aa_spread(self) -> float | None:
         """The widest A/A spread among the table's benchmark runs; None when any lacks a pair
@@ -90,7 +100,9 @@ class Render:
 
     def trend(self, what: str, ours, paper=None, *, over: str | None = None, caveat: str | None = None,
               gaps: list[tuple[float, float]] | None = None, evidence: bool = True,
-              mixed: str | None = None) -> str:
+              mixed: str | None = None, by_construction: bool = False,
+              ties: list[tuple[float, float]] | None = None, tol: float | None = None, seeds: int = 1,
+              records: list[dict] | None = None) -> str:
         """:func:`common.harness.report.trend`'s line, kept as one of this table's verdicts and returned.
 
         ``over``: the range it was measured over (settings, latencies, datasets); ``caveat``: a
@@ -101,14 +113,29 @@ class Render:
         cannot test the paper (it holds by construction, or rests on a mismatch), so the line
         reports the count without a holds / does-not-hold verdict. ``mixed``: the rows compared
         were trained on different data (:func:`common.harness.report.mixed_data`), so the count is
-        reported as no test either way, with who saw what."""
+        reported as no test either way, with who saw what. ``by_construction``: the comparison
+        cannot fail (a top-1 match is always a top-3 match), so it is labelled so and not counted
+        as the paper's trend holding. ``ties``: the (ours, other) accuracies the comparison rests
+        on, measured on ``seeds`` seeds; when every gap is a tie (:func:`common.harness.report.tie`,
+        ``tol`` default :data:`common.harness.report.ACCURACY_TOL`) the line says so instead of
+        a verdict. ``records``: the records behind it (default: every declared input's); from
+        several hosts, the line says so (:func:`common.harness.report.host_caveat`)."""
         line = report.trend(what, ours, paper)
         head, _, _ = line.partition(" -> ")
+        tol = report.ACCURACY_TOL if tol is None else tol
         if mixed:
             line = f"{head} -> not a like-for-like test, no verdict"
             caveat = f"{mixed}; {caveat}" if caveat else mixed
+        elif by_construction:
+            line = f"{head} (holds by construction, not evidence)"
+        elif ties and all(report.tie(a, b, tol, seeds) for a, b in ties):
+            line = f"{head} -> {report.tie_note(tol, seeds)}: no verdict either way"
         elif not evidence:
             line = f"{head} -> consistent, but not a test of the paper's claim"
+        hosts = report.host_caveat(records if records is not None
+                                   else [r for recs in self.input_runs().values() for r in recs])
+        if hosts:
+            caveat = f"{caveat}, {hosts}" if caveat else hosts
         if gaps and all(report.within_noise(a, b, self.aa_spread) for a, b in gaps):
             line += " - within noise: every difference it counts is inside the run's A/A spread"
         if over:
@@ -129,6 +156,16 @@ class Render:
         """A verdict not counted by :meth:`trend` (one stated comparison), kept and returned."""
         self.verdicts.append(text)
         return text
+
+    def cut(self, what: str, ours, paper) -> str | None:
+        """Where this table's sweep or data is cut from the paper's (``ours``: the values the
+        records or config hold; ``paper``: the paper's, from its ``paper_numbers.yaml``): kept for
+        the header's ``cut`` line (:func:`common.harness.report.cut_line`) and returned; None
+        when nothing is cut."""
+        line = report.cut_line(what, ours, paper)
+        if line and line not in self.cuts:
+            self.cuts.append(line)
+        return line
 
     def setup_only(self, what: str) -> str:
         """The verdict of a table that states a setup (templates, hyperparameters, model sizes)."""
@@ -202,15 +239,21 @@ class Render:
                 # every speedup's worth: the A/A spread (or that the run has no pair) and the
                 # bootstrap intervals over prompts
                 meta = _before_sources(meta, "noise", report.noise_line(self.bench_runs()))
+            if self.cuts:
+                meta = _before_sources(meta, "cut", "; ".join(self.cuts))
             if self.verdicts:
                 meta = _with_verdict(meta, self.verdicts)
+            hosts = report.host_caveat([r for recs in self.input_runs().values() for r in recs])
+            if hosts and meta.get("verdict") and hosts not in str(meta["verdict"]):
+                # a verdict the notebook stated itself (not through trend) rests on the same records
+                meta["verdict"] = f"{meta['verdict']}; every comparison above: {hosts}"
             if not _verdicts_of(meta):
                 raise RuntimeError(f"{self.artifact_id}: no verdict (Render.trend, .verdict or .setup_only) "
                                    "for its table; every table says whether the paper's trend holds")
             merged = self._beside if self._beside is not None else paper_beside_ours(df)
             if merged is not None and beside_line(merged):
                 meta = _before_sources(meta, "beside the paper", beside_line(merged))
-            write_table(df, self.artifact_id, self.staged.dir("tables"), meta, floatfmt)
+            write_table(df, self.artifact_id, self.staged.dir("tables"), meta, floatfmt, runs=self.input_runs())
             if merged is not None:
                 _display_markdown("### The paper beside ours\n\n" + to_markdown(merged, floatfmt))
             elif self.note:

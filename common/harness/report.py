@@ -447,19 +447,45 @@ def stale_settings(records: list[dict], options: dict) -> dict[str, tuple[dict, 
     the options that name a trained component (``"{name}"`` in the config, a folder in the record:
     the record's ``components`` digest says which weights those were). Records without a
     ``decoder_config`` field (older than it), and labels ``options`` does not name (whose options
-    are not the config's to say), are not judged."""
+    are not the config's to say), are not judged. An option the config sets and a record does
+    not name (older than the option) is read as the option's ``legacy`` value, when it declares
+    one (:class:`common.decoders.base.Option`)."""
+    def masked(ran, conf):
+        # where the config names a component, the record holds its folder: compare the name
+        if placeholder(conf) is not None:
+            return conf
+        if isinstance(ran, dict) and isinstance(conf, dict):
+            return {k: masked(v, conf.get(k)) for k, v in ran.items()}
+        if isinstance(ran, list) and isinstance(conf, list) and len(ran) == len(conf):
+            return [masked(v, c) for v, c in zip(ran, conf)]
+        return ran
+
     def plain(opts: dict, names: dict) -> dict:
-        return {k: v for k, v in opts.items() if placeholder(names.get(k)) is None}
+        return {k: masked(v, names.get(k)) for k, v in opts.items() if placeholder(names.get(k)) is None}
     out = {}
     for r in records:
         label = r["decoder"]
         if "decoder_config" not in r or label in out or label not in options:
             continue
         configured = options[label]
-        ran, now = plain(r["decoder_config"] or {}, configured), plain(configured, configured)
+        recorded = r["decoder_config"] or {}
+        recorded = {**legacy_values(label, set(configured) - set(recorded)), **recorded}
+        ran, now = plain(recorded, configured), plain(configured, configured)
         if ran != now:
             out[label] = (ran, now)
     return out
+
+
+def legacy_values(label: str, keys) -> dict:
+    """The ``legacy`` values (what runs older than an option used) of the options ``keys`` of the
+    decoder behind ``label`` (``name@variant``); options without one are left out."""
+    from ..decoders import NO_LEGACY, Option, decoder_class
+    from ..errors import UserError
+    try:
+        opts = decoder_class(label.split("@")[0]).options()
+    except UserError:
+        return {}
+    return {k: opts[k].legacy for k in keys if isinstance(opts.get(k), Option) and opts[k].legacy != NO_LEGACY}
 
 
 def provenance(records: list[dict]) -> dict:
@@ -493,18 +519,165 @@ def share(flags: Iterable[bool]) -> str:
     return f"{sum(flags)}/{len(flags)}"
 
 
+# "mostly holds" needs at least this share of the cases (7/12 or 2/3 is "partly holds").
+MOSTLY = 0.75
+
+
+def verdict_word(held: int, cases: int) -> str:
+    """The verdict of a comparison that holds in ``held`` of ``cases`` cases: "holds" (all),
+    "mostly holds" (at least :data:`MOSTLY`), "partly holds" (some), "does not hold" (none),
+    "untested" (no case)."""
+    if not cases:
+        return "untested"
+    return ("holds" if held == cases else "mostly holds" if held >= MOSTLY * cases
+            else "partly holds" if held else "does not hold")
+
+
 def trend(what: str, ours: Iterable[bool], paper: Iterable[bool] | None = None) -> str:
     """One computed line: how often a comparison holds in the paper's numbers and in ours
     (``paper`` None: the paper states it as a claim, with no numbers to count)."""
     ours = share(ours)
     n_o, d_o = map(int, ours.split("/"))
-    verdict = ("holds" if n_o == d_o else "mostly holds" if 2 * n_o > d_o else "does not hold") if d_o else "untested"
+    verdict = verdict_word(n_o, d_o)
     if paper is None:
         return f"{what}: ours {ours} -> the paper's claim {verdict} here"
     paper = share(paper)
     n_p, d_p = map(int, paper.split("/"))
     return f"{what}: paper {paper}, ours {ours} -> the paper's trend {verdict} here" + (
         "" if n_p == d_p else " (the paper itself has exceptions)")
+
+
+# The accuracy gap below which a comparison decided on one or two seeds is a tie. Not measured
+# here (every training in this repository ran one seed): a stated bound, printed in every verdict
+# it decides, at about twice the binomial standard error of a held-out top-1 accuracy near 0.3
+# over a few thousand positions.
+ACCURACY_TOL = 0.02
+
+
+def tie(a: float, b: float, tol: float, seeds: int = 1) -> bool:
+    """Is an accuracy comparison of ``a`` with ``b`` a tie: decided on fewer than 3 seeds with a
+    gap below ``tol`` (a gap that small is inside what another seed moves, so neither side wins)."""
+    return seeds < 3 and abs(a - b) < tol
+
+
+def tie_note(tol: float, seeds: int = 1) -> str:
+    """How a tied comparison (:func:`tie`) reads in a verdict line."""
+    return f"tie ({'single seed' if seeds == 1 else f'{seeds} seeds'}, gap < {tol:g})"
+
+
+HOST_FIELDS = ("device", "hardware")  # where records name the machine they ran on
+
+
+def hosts(records: Iterable[dict]) -> list[str]:
+    """The distinct machines the records name (``device``, else ``hardware``), sorted."""
+    return sorted({str(next(r[k] for k in HOST_FIELDS if r.get(k))) for r in records
+                   if isinstance(r, dict) and any(r.get(k) for k in HOST_FIELDS)})
+
+
+def host_caveat(records: Iterable[dict]) -> str | None:
+    """None when the records come from one host (or name none); else what a verdict resting on
+    them must say: a ratio or ranking across machines measures the machines too."""
+    h = hosts(records)
+    if len(h) < 2:
+        return None
+    # " / " between hosts: a verdict line's own parts are split on "; " (render._verdicts_of)
+    return f"records from {len(h)} hosts: {' / '.join(h)}, not one-host evidence"
+
+
+# The fields that split decoded records into a table's cells: one decoder (or oracle setting,
+# match-rate method, threshold, small model) of one run.
+CELL_FIELDS = ("decoder", "setting", "threshold", "method", "small")
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
+
+
+def is_decoded(record) -> bool:
+    """Is ``record`` one prompt's decoded output (a ``question_id`` and its tokens), not a prompt
+    list, a training curve or a cost curve?"""
+    return isinstance(record, dict) and "question_id" in record and ("tokens" in record or "new_tokens" in record)
+
+
+def prompts_line(runs: dict[str, list[dict]]) -> str | None:
+    """How many prompts stand behind each cell: per run (``name -> records``) and cell
+    (:data:`CELL_FIELDS`), the distinct ``question_id`` s; "80 per cell", or the range when cells
+    differ. None when no record names a prompt (training curves, stats, cost curves)."""
+    counts: dict[tuple, set] = {}
+    for name, recs in runs.items():
+        for r in recs:
+            if is_decoded(r):
+                key = (name,) + tuple(str(r.get(f)) for f in CELL_FIELDS)
+                counts.setdefault(key, set()).add(r["question_id"])
+    if not counts:
+        return None
+    n = sorted(len(q) for q in counts.values())
+    each = f"{n[0]}" if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
+    return f"{each} per cell ({len(counts)} cells)"
+
+
+def decoding_of(record: dict) -> dict:
+    """The sampling settings a decoded record ran with (``temperature``, ``top_p``, ``top_k``,
+    ``acceptance``), from its decoder options or its own fields (a match-rate record's
+    ``method_params``); {} for greedy decoding (temperature 0 or none named)."""
+    opts = {**(record.get("method_params") or {}), **(record.get("decoder_config") or {})}
+    opts.update({k: record[k] for k in SAMPLING_FIELDS if k in record})
+    out = {k: opts[k] for k in SAMPLING_FIELDS if opts.get(k)}
+    if out and opts.get("acceptance"):
+        out["acceptance"] = opts["acceptance"]
+    return out
+
+
+def decoding_line(records: Iterable[dict]) -> str | None:
+    """Greedy or sampled, from the decoded records (those naming a ``question_id``): "greedy
+    (temperature 0 in every record)", else each sampled label with its settings and acceptance
+    rule (a decoder's default rule when the record names none). None without decoded records."""
+    decoded_ = [r for r in records if is_decoded(r)]
+    if not decoded_:
+        return None
+    sampled: dict[str, str] = {}
+    for r in decoded_:
+        d = decoding_of(r)
+        if d:
+            label = r.get("decoder") or r.get("method") or "records"
+            rule = d.pop("acceptance", None)
+            what = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in d.items())
+            sampled[label] = what + (f", acceptance {rule}" if rule else
+                                     ", acceptance by the decoder's default sampling rule" if r.get("decoder") else "")
+    if not sampled:
+        return "greedy (temperature 0 in every record)"
+    if len(sampled) == len({r.get("decoder") or r.get("method") for r in decoded_}):
+        return "sampled: " + "; ".join(f"{k}: {v}" for k, v in sampled.items())
+    return "greedy, except " + "; ".join(f"{k}: {v}" for k, v in sampled.items())
+
+
+def cut_line(what: str, ours: Iterable, paper: Iterable) -> str | None:
+    """Where a sweep is cut from the paper's: "EPTs 1, 2, 5, 10 of the paper's 1, 2, 5, 10, 20,
+    50, 100"; None when ours covers every value the paper swept."""
+    def listed(values) -> str:
+        v = sorted(set(values), key=lambda x: (isinstance(x, str), x))
+        ints = all(isinstance(x, int) for x in v)
+        if ints and len(v) > 2 and v == list(range(v[0], v[-1] + 1)):
+            return f"{v[0]}-{v[-1]}"
+        return ", ".join(map(str, v))
+    ours, paper = list(ours), list(paper)
+    if set(paper) <= set(ours):
+        return None
+    return f"{what} {listed(ours) if ours else 'none'} of the paper's {listed(paper)}"
+
+
+def measured_header(meta: dict, runs: dict[str, list[dict]] | None) -> dict:
+    """``meta`` with what every measured table states from its records (``runs``: name ->
+    records): ``prompts`` per cell and ``decoding`` (greedy or the sampling settings), placed
+    before ``sources``; keys ``meta`` already sets are kept. The one place both
+    :func:`write_table` and the notebooks' renderer add them."""
+    if not runs:
+        return meta
+    add = {"prompts": prompts_line(runs), "decoding": decoding_line([r for recs in runs.values() for r in recs])}
+    out = {k: v for k, v in meta.items() if k != "sources"}
+    for k, v in add.items():
+        if v is not None and k not in meta:
+            out[k] = v
+    if "sources" in meta:
+        out["sources"] = meta["sources"]
+    return out
 
 
 def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
@@ -514,11 +687,15 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     return cells.to_markdown(index=False, floatfmt=floatfmt, missingval=MISSING)
 
 
-def write_table(df: pd.DataFrame, artifact_id: str, out_dir: Path, meta: dict, floatfmt: str = ".3f") -> None:
-    """Write ``tables/<id>.csv`` and ``tables/<id>.md``; the markdown names its provenance."""
+def write_table(df: pd.DataFrame, artifact_id: str, out_dir: Path, meta: dict, floatfmt: str = ".3f",
+                runs: dict[str, list[dict]] | None = None) -> None:
+    """Write ``tables/<id>.csv`` and ``tables/<id>.md``; the markdown names its provenance and,
+    with ``runs`` (name -> the records behind the table), its prompts per cell and decoding mode
+    (:func:`measured_header`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / f"{artifact_id}.csv", index=False)
+    meta = measured_header(meta, runs)
     head = "\n".join(f"- **{k}**: {v}" for k, v in meta.items())
     md = f"# {artifact_id}\n\n{head}\n\n{to_markdown(df, floatfmt)}\n"
     (out_dir / f"{artifact_id}.md").write_text(md)

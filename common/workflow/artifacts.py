@@ -19,11 +19,11 @@ from typing import Mapping
 
 import yaml
 
-from ..config import AA_LABEL, CONFIG_DIR, Profile, group_config, labels_config, placeholder
+from ..config import AA_LABEL, CONFIG_DIR, Profile, group_config, labels_config, placeholders
 from ..errors import UserError, unknown
 
 # Trained components a decoder option may name, and the statistics file each training writes.
-COMPONENTS = ("medusa", "draft", "eagle")
+COMPONENTS = ("medusa", "draft", "eagle", "eagle3")
 
 
 def load_artifacts() -> dict:
@@ -31,17 +31,11 @@ def load_artifacts() -> dict:
     return yaml.safe_load((CONFIG_DIR / "artifacts.yaml").read_text())
 
 
-def component_ref(value) -> str | None:
-    """The cross component (:data:`COMPONENTS`) a decoder option value names, else None."""
-    name = placeholder(value)
-    return name if name in COMPONENTS else None
-
-
 def cross_components(profile: Profile) -> list[str]:
-    """The trained components (``medusa``, ``draft``) that some benchmark group's options name
-    (:func:`component_ref`), in :data:`COMPONENTS` order."""
-    named = {component_ref(v) for g in profile.cross.groups for opts in group_config(profile, g).values()
-             for v in opts.values()}
+    """The trained components (``medusa``, ``draft``, ...) that some benchmark group's options
+    name (a ``"{name}"`` value, nested ones included), in :data:`COMPONENTS` order."""
+    named = {n for g in profile.cross.groups for opts in group_config(profile, g).values()
+             for n in placeholders(opts)}
     return [c for c in COMPONENTS if c in named]
 
 
@@ -75,9 +69,9 @@ def study_stats(profile: Profile) -> list[str]:
     study = study_section(profile)
     named = []
     for label, opts in labels_config(profile, study["bench"]["decoders"]).items():
-        for v in opts.values():
-            if placeholder(v) and placeholder(v) not in named:
-                named.append(placeholder(v))
+        for n in placeholders(opts):
+            if n not in named:
+                named.append(n)
     missing = [n for n in named if n not in study["stats"]]
     if missing:
         raise UserError(f"config profiles/{profile.name}/study/stats: no training record for {', '.join(missing)} "

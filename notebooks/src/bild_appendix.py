@@ -13,20 +13,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import pandas as pd
 
-from bild.analysis import chosen_setting, sweep_points
 from bild.config import from_profile
+from bild.tables import chosen_settings, examples_table, fig8_table
 from common.harness.render import Render, paper_numbers
 from common.harness.report import provenance
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg = R.cfg
 sweeps = {tuple(name.rsplit("_", 1)): recs for name, recs in R.runs("sweep_").items()}  # (task, variant)
-chosen = {}
-for (t, v), recs in sorted(sweeps.items()):
-    pts = sweep_points(recs, cfg.task(t).metric)
-    chosen[t, v] = (chosen_setting(pts), float(pts.loc[pts.decoder == "vanilla", "quality"].iloc[0]))
+chosen = chosen_settings(sweeps, lambda t: cfg.task(t).metric)
 meta = {**provenance([r for recs in sweeps.values() for r in recs]), "sources": ", ".join(R.inputs)}
 meta
 
@@ -39,25 +35,8 @@ meta
 # prompts, beside the measured speedup; the paper's CNN/DM numbers (from its text) in the last row.
 
 # %% [bild.fig8]
-from bild.flops import model_shapes, normalized
-
-models = R.find("models.jsonl")
-rows = []
-for (t, v), (cell_best, q0) in chosen.items():
-    row = {"task": t, "variant": v, "vanilla_quality": q0}
-    if cell_best is None:
-        rows.append({**row, "setting": "none (the sweep ran no BiLD grid setting)"})
-        continue
-    cell, best = cell_best
-    large, small, seq2seq = model_shapes(models, t, v)
-    c = normalized(sweeps[t, v], best["decoder"], large, small, seq2seq)
-    rows.append({**row, "setting": f"{best['decoder']} ({cell})", "quality": best["quality"], "flops": c["flops"],
-                 "mops": c["mops"], "intensity": c["intensity"], "speedup": best["speedup"],
-                 "intensity_vanilla": c["intensity_base"], "intensity_bild": c["intensity_abs"]})
 p8 = paper_numbers(package)["fig8"]
-table = pd.DataFrame(rows + [{"task": f"paper: {p8['dataset']} ({p8['stand_in']})", "variant": p8["variant"],
-                              "setting": f"roughly vanilla's quality; FLOPs {p8['flops']}", "mops": p8["mops"],
-                              "intensity": p8["intensity"], "speedup": p8["speedup"]}])
+table = fig8_table(chosen, sweeps, R.find("models.jsonl"), p8)
 R.save_table(table, meta)
 ours = table[~table.task.str.startswith("paper") & table.mops.notna()]
 fig, ax = plt.subplots(figsize=(2 + 2.2 * max(len(ours), 1), 4))
@@ -92,22 +71,12 @@ print(R.trend("and it is faster than vanilla", ours.speedup > 1.0, [p8["speedup"
 # where the large model produced it). The paper's examples are IWSLT translations.
 
 # %% [bild.fig10]
-from bild.examples import example_table
-
 oracles = {tuple(name.rsplit("_", 1)): recs for name, recs in R.runs("oracle_").items()}
-parts = []
-for (t, v), (cell_best, _) in chosen.items():
-    if cell_best is None or (t, v) not in oracles:
-        continue
-    cell, best = cell_best
-    ex = example_table(sweeps[t, v], oracles[t, v], best["decoder"], 3)
-    parts.append(ex.assign(task=t, variant=v, setting=f"{best['decoder']} ({cell})"))
-table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["task", "variant", "setting"])
-cols = ["task", "variant", "setting", "question_id", "reference", "large", "small", "bild", "large_share"]
+table = examples_table(chosen, sweeps, oracles, 3)
 R.verdict(f"examples only ({len(table)} outputs; the paper's Figure 10 shows IWSLT examples): no trend to test; "
           + (f"the large model wrote {table.large_share.min():.0%}-{table.large_share.max():.0%} of BiLD's tokens here"
              if len(table) else "no example"))
-R.save_table(table.reindex(columns=cols), meta, floatfmt=".2f")
+R.save_table(table, meta, floatfmt=".2f")
 
 # %%
 R.publish()  # last step: tables and figures move into place only when all of it worked

@@ -22,9 +22,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bild.analysis import calm_points, frontier, quality_gap, sweep_points
+from bild.analysis import calm_points, frontier, sweep_points
 from bild.config import from_profile
 from bild.plots import quality_panel
+from bild.tables import calm_gaps, within_one_rows
 from common.records import read_jsonl
 from common.harness.render import Render, paper_numbers
 from common.harness.report import decoded_weights, provenance
@@ -81,18 +82,10 @@ def panel(ax, t, loss, label, marker, y="quality"):
 # %% [bild.fig6]
 paper = paper_numbers(package)["fig6"]
 fig, axes = plt.subplots(1, len(ee.tasks) + 1, figsize=(5 * (len(ee.tasks) + 1), 4), squeeze=False)
-rows = []
 for ax, t in zip(axes[0], ee.tasks):
     q0 = panel(ax, t, "bild", f"BiLD, exit after layer {ee.exit_layer}", "o")
     quality_panel(ax, t, cfg.task(t), "latency / vanilla latency (same run)", q0)
-    g = points[t, "bild"]
-    within = g[(g.decoder != "vanilla") & (g.quality >= q0 - 1)].sort_values("speedup", ascending=False)
-    best = within.iloc[0] if len(within) else None
-    rows.append({"task": t, "vanilla_quality": q0, "best_within_1": best.decoder if best is not None else "none",
-                 "quality": best.quality if best is not None else None,
-                 "speedup": best.speedup if best is not None else None,
-                 "agree_tokens": best.agree_tokens if best is not None else None,
-                 **{f"paper {ds} speedup": paper["within_speedup"][ds] for ds, s in paper["stand_in"].items() if s == t}})
+rows = within_one_rows(points, ee.tasks, paper)
 curve = pd.DataFrame(R.find("exit_bild_curve.jsonl"))
 ax = axes[0][-1]
 ax.plot(curve.step, [a[0] for a in curve.heldout_agree], marker="o", label=f"exit {ee.exit_layer} agrees with the last")
@@ -130,25 +123,19 @@ print(grid[["decoder", "quality", "agree_tokens", "latency", "speedup", "small_s
 # %% [bild.fig7]
 paper = paper_numbers(package)["fig7"]
 fig, axes = plt.subplots(2, len(ee.tasks), figsize=(5 * len(ee.tasks), 8), squeeze=False)
-gaps = []
 for i, t in enumerate(ee.tasks):
     ax, ax2 = axes[0][i], axes[1][i]
     q_bild = panel(ax, t, "bild", "early-exit BiLD", "o")
-    q_calm = panel(ax, t, "calm", "CALM", "^")
+    panel(ax, t, "calm", "CALM", "^")
     quality_panel(ax, t, cfg.task(t), "latency / own vanilla latency", q_bild)
     panel(ax2, t, "bild", "early-exit BiLD", "o", y="agree_tokens")
     panel(ax2, t, "calm", "CALM", "^", y="agree_tokens")
     quality_panel(ax2, t, cfg.task(t), "latency / own vanilla latency")
     ax2.set_ylabel("share of own vanilla's tokens kept")
-    b, c = points[t, "bild"], points[t, "calm"]
-    b, c = b[b.decoder != "vanilla"], c[c.decoder != "vanilla"]
-    agree = quality_gap(b.assign(quality=b.agree_tokens), c.assign(quality=c.agree_tokens))
-    gaps.append(quality_gap(b, c).assign(task=t, measure=cfg.task(t).metric, vanilla_bild=q_bild, vanilla_calm=q_calm))
-    gaps.append(agree.assign(task=t, measure="agree_tokens", vanilla_bild=1.0, vanilla_calm=1.0))
 fig.suptitle(f"{meta.get('model')}, {meta.get('profile')}, {meta.get('device')}", fontsize=8)
 fig.tight_layout(rect=(0, 0, 1, 0.97))
 R.save_figure(fig)
-table = pd.concat(gaps, ignore_index=True)
+table = calm_gaps(points, ee.tasks, lambda t: cfg.task(t).metric)
 R.save_table(table, {**meta, "paper": f"BiLD up to {paper['bleu_gain_up_to']} BLEU above CALM near {paper['at_speedup']}x"})
 by_metric = table.measure != "agree_tokens"
 both = table[table.gap.notna()]

@@ -18,19 +18,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import pandas as pd
 
-from bild.analysis import oracle_match, oracle_points
 from bild.config import from_profile
 from bild.plots import quality_panel
+from bild.tables import oracle_reached, oracle_table
 from common.harness.render import Render, paper_numbers
 from common.harness.report import provenance
 
 R = Render(artifact_id, results_root, package, profile, inputs, build_cfg=from_profile)
 cfg = R.cfg
 runs = {tuple(name.rsplit("_", 1)): recs for name, recs in R.runs("oracle_").items()}  # (task, variant)
-points = pd.concat([oracle_points(recs, cfg.task(t).metric).assign(task=t, variant=v)
-                    for (t, v), recs in sorted(runs.items())], ignore_index=True)
+points = oracle_table(runs, lambda t: cfg.task(t).metric)
 paper = paper_numbers(package)["fig2"]
 records = [r for recs in runs.values() for r in recs]
 meta = {**provenance(records), "small models": ", ".join(sorted({r["small"] for r in records})),
@@ -60,8 +58,7 @@ R.save_table(points[["task", "variant", "setting", "threshold", "engaged", "chan
 
 # %%
 reached = []
-for (t, v), g in points.groupby(["task", "variant"]):
-    hit = oracle_match(g)
+for (t, v), hit in oracle_reached(points).items():
     reached.append(hit is not None and hit <= 2 * paper["engaged_to_match"])
     print(f"{t} ({v}): large-model quality reached at "
           f"{'no threshold' if hit is None else f'{100 * hit:.0f}% engagement'} (paper: ~{100 * paper['engaged_to_match']:.0f}%)")

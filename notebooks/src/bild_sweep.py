@@ -22,11 +22,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bild.analysis import best_settings, split_reduced, sweep_points
+from bild.analysis import best_settings, sweep_points
 from bild.config import from_profile
 from bild.plots import quality_panel
 from bild.tables import (ablation_kind, dominated, falls_with_rollback, grid_points, paper_speedups, reaches_speedup,
-                         sampling_kind, span, stand_in_note, table1_rows, vs_large)
+                         reduced_meta, reduced_rows, sampling_kind, span, stand_in_note, table1_rows, vs_large)
 from common.records import read_jsonl
 from common.harness.render import Render, paper_numbers
 from common.harness.report import provenance, stats_match
@@ -107,29 +107,12 @@ rv = cfg.reduced_vocab
 if reduced:
     recs = read_jsonl(reduced[0])
     rstats = json.loads(Path(next(p for p in inputs if Path(p).name == "reduced_vocab_stats.json")).read_text())
-    compact = f"_l{rv.compact_layers}v{rv.keep}" if rv.compact_layers else None
-    metric = cfg.task(rv.task).metric
-    both = {}
-    for k, r in split_reduced(recs, rv.keep, compact=compact).items():
-        g, large = sweep_points(r, metric), vs_large(r, metric)  # each part keeps the run's vanilla
-        both[k] = g.assign(quality_vs_large=[large[d] for d in g.decoder])
-    names = {"full": f"{rv.variant}, full head (reduced sweep's run)",
-             "reduced": f"{rv.variant}, {rv.keep}-token head (beyond the paper)",
-             "compact": f"{rv.variant}, {rv.compact_layers}-layer model trained with the {rv.keep}-token head (beyond the paper)"}
-    for k, g in both.items():
-        rows += table1_rows(rv.task, names[k], g, recs, paper)
+    new_rows, both = reduced_rows(recs, rv, cfg.task(rv.task).metric, paper)
+    rows += new_rows
     meta.update(provenance([r for rs in runs.values() for r in rs] + recs))  # its machine and code too
-    meta["reduced vocabulary"] = (f"{rv.keep} of {rstats['vocab']} tokens kept (the most frequent {rstats['labels']} labels "
-                                  f"of the small model's training data): {rstats['train_coverage']:.1%} of those labels, "
-                                  f"{rstats['heldout_coverage']:.1%} of the held-out greedy tokens")
-    if "compact" in both:
-        cstats = json.loads(Path(next(p for p in inputs if Path(p).name == "compact_stats.json")).read_text())
-        meta["compact small model"] = (
-            f"{cstats['layers']}-layer model trained with the {cstats['keep']}-token head ({cstats['steps']} steps, stopped: "
-            f"{cstats['stopped']}): held-out top-1 agreement {cstats['final']['heldout_top1']:.3f}, "
-            f"{(cstats['params_not_shared'] + cstats['head_params']) / 1e6:.1f} M parameters per step "
-            f"(layers + head; the full 4-layer model's: see the reduced-vocabulary stats); the sweep decoded "
-            f"these weights: {stats_match(cstats, recs)}")  # no: retrained after the sweep, rerun it
+    cstats = (json.loads(Path(next(p for p in inputs if Path(p).name == "compact_stats.json")).read_text())
+              if "compact" in both else None)
+    meta.update(reduced_meta(rv, rstats, cstats, stats_match(cstats, recs) if cstats else None))
     side = both["full"].merge(both["reduced"], on="decoder", suffixes=("_full", "_reduced"))
     print(side[["decoder", "quality_full", "quality_reduced", "speedup_full", "speedup_reduced", "small_share_full",
                 "small_share_reduced", "fallbacks_per_token_full", "fallbacks_per_token_reduced"]].round(3).to_string(index=False))

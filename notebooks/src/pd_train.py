@@ -44,6 +44,7 @@ main = stats.get("main", stats[ref_name])
 by_n = dict(sorted((s["n"], name) for name, s in stats.items() if plain(s, main)))
 # the artifact's trainings are the rows its verdicts compare: trained on different data, they test nothing
 MIXED = report.mixed_data(stats)
+PAPER_EPTS = sorted(int(n) for n in paper["table2"]["rows"])  # the EPT counts the paper swept (Table 2)
 meta = {"model": main["model"], "profile": profile,
         "data": (f"trained on greedy answers to {main['train_sequences']} ShareGPT prompts; measured on greedy "
                  f"answers to {main['heldout_sequences']} held-out ShareGPT prompts (every cut)") if not MIXED else
@@ -74,6 +75,7 @@ meta
 
 # %% [pd.table2]
 table, ours, pp = ept_table(stats, by_n, paper["table2"])
+R.cut("EPTs", by_n, PAPER_EPTS)
 print("paper:", paper["table2"]["cite"])
 print(R.trend("accuracy does not fall as EPTs grow (each metric, consecutive EPT counts)", rising(ours), rising(pp),
               mixed=MIXED))
@@ -89,6 +91,7 @@ R.save_table(table, meta)
 # The paper shows these as curves without tabulated numbers; its claims are checked below.
 
 # %% [pd.fig6]
+R.cut("EPTs", by_n, [PAPER_EPTS[0], PAPER_EPTS[-1]])  # the paper's figure: its fewest and most
 A = accumulated(main["acc"])
 m = A.shape[0]
 most = by_n[max(by_n)]
@@ -131,6 +134,7 @@ R.save_table(table, meta)
 # top-1 flattens or the wall budget is spent (the paper trains a fixed 12 epochs).
 
 # %% [pd.fig9]
+R.cut("EPTs", by_n, [PAPER_EPTS[0], PAPER_EPTS[-1]])  # the paper's figure: its fewest and most
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 for n, name in by_n.items():
     c = curves[name]
@@ -171,6 +175,10 @@ R.save_table(table, meta)
 # seen the same number of sequences (the fewer of the two), on the curve's held-out subset.
 table, equal, batch = recipe_table(stats, curves, ref_name)
 pp = pd.DataFrame(paper["table3"]["rows"], columns=paper["table3"]["columns"])
+R.cut("EPTs", [s["n"] for s in stats.values()], pp.ept)
+# epochs each training saw before its step or wall budget ended it (no epoch sweep here)
+R.cut("epochs", [round(s["steps"] * s["config"]["batch_size"] / s["train_sequences"], 2) for s in stats.values()],
+      pp.epochs)
 print("paper:", paper["table3"]["cite"])
 print(pp.to_string(index=False))
 ref = table.iloc[0]
@@ -241,6 +249,7 @@ R.save_table(table, meta)
 # %% [pd.table6]
 table = ablation_table(stats, lambda s: s["mask"], paper["table6"]["rows"])
 print("paper:", paper["table6"]["cite"])
+R.cut("EPTs", [s["n"] for s in stats.values()], [PAPER_EPTS[-1]])  # the paper's ablation ran at its most EPTs
 for other in ("decoder", "encoder"):
     if other in set(table.setting):
         print(R.trend(f"ensemble >= {other}-like (each metric)", no_better(table, "ensemble", other),
@@ -254,6 +263,7 @@ R.save_table(table, meta)
 # %% [pd.table7]
 table = ablation_table(stats, lambda s: s.get("aggregation", "average"), paper["table7"]["rows"])
 print("paper:", paper["table7"]["cite"])
+R.cut("EPTs", [s["n"] for s in stats.values()], [PAPER_EPTS[-1]])  # the paper's ablation ran at its most EPTs
 print(R.trend("the average >= learned weights (each metric)", no_better(table, "average", "learned"),
             paper_trend("table7", "average", "learned"), mixed=MIXED))
 R.save_table(table, meta)

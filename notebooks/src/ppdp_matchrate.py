@@ -39,7 +39,9 @@ heads_meta = json.loads(open(R.path("heads_meta.json")).read())
 table = match_table(G, TASKS, KS, layers, depth, paper)
 ours = [f"layer {l}" for l in layers]
 theirs = [f"paper layer {paper_layer(l, depth, paper)}" for l in layers]
-lines = [R.trend("p_correct grows with k", rises(table, ours, "k", KS), rises(table, theirs, "k", KS)),
+# a top-1 match is always a top-3 match (and top-3 a top-5): this one cannot fail
+lines = [R.trend("p_correct grows with k", rises(table, ours, "k", KS), rises(table, theirs, "k", KS),
+                 by_construction=True),
          R.trend("p_correct grows with the layer", grows_along(table, ours), grows_along(table, theirs)),
          R.trend("a trained head (Y) beats N", rises(table, ours, "trained", ["N", "Y"]),
                rises(table, theirs, "trained", ["N", "Y"]))]

@@ -16,10 +16,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import pandas as pd
 
 from common.records import read_jsonl
-from ppd_pipelined.tables import LABEL, Render, paper_numbers, provenance
+from ppd_pipelined.tables import Render, heads_recipe_table, paper_numbers, provenance, templates_table
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 TASKS = list(R.cfg.tasks)
@@ -30,13 +29,7 @@ TASKS = list(R.cfg.tasks)
 
 # %% [ppdp.table1]
 recs, srcs = R.records("prompts_")
-rows = []
-for t in TASKS:
-    r = [x for x in recs if x["task"] == t]
-    rows.append({"task": LABEL[t], "paper dataset": r[0]["paper_dataset"], "dataset used": r[0]["dataset"],
-                 "prompts": len(r), "template": r[0]["template"],
-                 "prompt": r[0]["template_text"].replace("\n", "<br>"), "fields": r[0]["fields_rule"]})
-table = pd.DataFrame(rows)
+table = templates_table(recs, TASKS)
 meta = provenance(recs, srcs, TASKS, note="the rendered prompt is then wrapped in the model's chat template "
                                           "(common.assets.prompts.encode_prompt), as in every decoding run")
 meta["profile"] = profile
@@ -53,34 +46,10 @@ R.save_table(table, meta)
 hm = json.loads(open(R.path("heads_meta.json")).read())
 log = read_jsonl(R.path("heads_train.jsonl"))
 curve = read_jsonl(R.path("heads_curve.jsonl"))
-c, m = hm["config"], hm["meta"]
+m = hm["meta"]
 paper4 = paper_numbers("table4")
 paper = paper4["values"]
-used = {"Number of Epochs": c["epochs"], "Learning Rate": c["lr"], "Batch Size": c["batch_size"],
-        "Optimizer": "AdamW", "Loss Function": "Cross-Entropy (next token, reply tokens)",
-        "Max Sequence Length": c["max_len"], "Warmup ratio": c["warmup_frac"], "Weight Decay": c["weight_decay"]}
-rows = [{"hyperparameter": k, "paper": str(paper[k]), "used": str(used[k])} for k in paper]
-extra = [("LR schedule", "-", "linear warmup, then linear decay (common.training.loop)"),
-         ("Max grad norm", "-", c["max_grad_norm"]), ("Seed", "-", c["seed"]),
-         ("Initialization", "-", m["init"]), ("Frozen", "all model parameters", m["frozen"]),
-         ("Training data", "ShareGPT", f"{m['dataset']}: {m['sequences']} conversations "
-                                      f"({hm['train_tokens']} reply tokens), {m['excluded_eval_conversations']} "
-                                      f"evaluation conversations excluded"),
-         ("Layers", "each probed layer", ", ".join(map(str, m["layers"]))),
-         ("Steps", "-", hm["steps"]), ("Training wall time (s)", "8 A100 GPUs", round(hm["train_wall_s"], 1)),
-         ("Stopped", "after the epochs", f"{hm.get('stopped')} (held-out check every {c.get('eval_every')} steps, "
-                                         f"patience {c.get('patience')}, min_delta {c.get('min_delta')}, "
-                                         f"budget {c.get('wall_budget_s')} s)")]
-rows += [{"hyperparameter": a, "paper": str(b), "used": str(v)} for a, b, v in extra]
-if hm.get("holdout_before") and hm.get("holdout_after"):
-    b, a = hm["holdout_before"], hm["holdout_after"]
-    for l in m["layers"]:
-        x, y = b[str(l)], a[str(l)]
-        rows.append({"hyperparameter": f"held-out, layer {l}: CE / top-1 acc / top-1 = final",
-                     "paper": "-", "used": f"{x['loss']:.3f} -> {y['loss']:.3f} / {x['acc']:.3f} -> {y['acc']:.3f}"
-                                           f" / {x['match_final']:.3f} -> {y['match_final']:.3f}"
-                                           f" ({b['tokens']} tokens, before -> after)"})
-table = pd.DataFrame(rows)
+table, differ = heads_recipe_table(hm, paper)
 fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
 ax.plot([r["step"] for r in log], [r["loss"] for r in log], ".-", ms=2, lw=0.6)
 ax.set_xlabel("step")
@@ -96,7 +65,6 @@ ax2.set_title("held-out learning curve")
 ax2.legend(fontsize=7)
 fig.tight_layout()
 R.save_figure(fig)
-differ = [k for k in paper if str(paper[k]) != str(used[k]).split(" (")[0]]
 rec = {"model": hm["model_name"], "profile": hm["profile"], "device": hm["device"], "dtype": hm["dtype"]}
 meta = provenance([rec], R.inputs, TASKS)
 meta["data"] = f"{m['dataset']} (first exchange: prompt through the chat template, loss on the reply)"
