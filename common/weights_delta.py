@@ -29,9 +29,11 @@ import struct
 from pathlib import Path
 
 from .errors import UserError
-from .paths import file_sha256
+from .paths import file_sha256, load_or_error, short_reason
 
 FORMAT = 1
+# what to do about a damaged kept file: the kept folders are committed, the converted ones rebuilt
+FIX = "restore it from git, or rebuild it (rule prepare or a retraining)"
 MODEL_FILE = "model.safetensors"  # what save_pretrained writes, and the decoders load
 DELTA = MODEL_FILE + ".delta"      # a kept model folder's weights, less what the base model holds
 PART = ".part"                     # DELTA + PART + "00", ...: a delta kept in pieces (the manifest's "parts")
@@ -41,18 +43,24 @@ def layout(path: Path) -> tuple[bytes, dict[str, dict], int]:
     """The raw header, its tensors (``name -> {"dtype", "shape", "data_offsets"}``, the
     ``__metadata__`` entry left out) and the file offset where the data starts."""
     path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist; {FIX}")
+    size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
-            raise UserError(f"{path} is not a safetensors file (shorter than its header length); valid: a model.safetensors")
+            raise UserError(f"{path} is not a safetensors file (shorter than its header length); {FIX}")
         (n,) = struct.unpack("<Q", head)
+        if n > size - 8:  # checked before reading: garbage bytes can claim an exabyte of header
+            raise UserError(f"{path} is truncated or no safetensors file: its header claims {n} bytes, the file "
+                            f"holds {size - 8}; {FIX}")
         raw = f.read(n)
-    if len(raw) != n:
-        raise UserError(f"{path} is truncated: its header says {n} bytes, the file holds {len(raw)}")
     try:
         header = json.loads(raw)
-    except ValueError as e:
-        raise UserError(f"{path}: its header is not JSON ({e}); valid: a safetensors file") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"its top level is a {type(header).__name__}, not an object")
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: its header is no safetensors header ({short_reason(e)}); {FIX}") from None
     tensors = {k: v for k, v in header.items() if k != "__metadata__"}
     return raw, tensors, 8 + n
 
@@ -128,6 +136,17 @@ def split(model_file: Path, base_file: Path, delta_file: Path, base_name: str, e
     return manifest
 
 
+def read_manifest(man_file: Path) -> dict:
+    """A kept model's manifest (:func:`split` wrote it); a damaged one (not JSON, another top
+    level, or a ``header`` that is no JSON object) is one UserError naming it and :data:`FIX`."""
+    def load(p: Path) -> dict:
+        manifest = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(manifest, dict) or not isinstance(json.loads(manifest.get("header", "")), dict):
+            raise ValueError("no manifest written by keep (its header is no JSON object)")
+        return manifest
+    return load_or_error(man_file, load, "kept-model manifest", FIX)
+
+
 def manifest_path(delta_file: Path) -> Path:
     return Path(delta_file).with_name(Path(delta_file).name + ".json")
 
@@ -186,7 +205,7 @@ def join(delta_file: Path, base_file: Path, out_file: Path) -> None:
     man_file = manifest_path(delta_file)
     if not man_file.is_file():
         raise UserError(f"{man_file} is missing; valid: the manifest written beside {delta_file.name} by keep")
-    manifest = json.loads(man_file.read_text())
+    manifest = read_manifest(man_file)
     if manifest.get("format") != FORMAT:
         raise UserError(f"{man_file}: format {manifest.get('format')!r} is unknown; valid: {FORMAT}")
     if "parts" in manifest:  # pasted beside the output (the kept folder may be read-only), removed after
@@ -203,7 +222,7 @@ def join(delta_file: Path, base_file: Path, out_file: Path) -> None:
 def _join(delta_file: Path, manifest: dict, base_file: Path, out_file: Path) -> None:
     """:func:`join` of a delta in one file."""
     raw = manifest["header"].encode()
-    tensors = {k: v for k, v in json.loads(raw).items() if k != "__metadata__"}
+    tensors = {k: v for k, v in json.loads(raw).items() if k != "__metadata__"}  # checked by read_manifest
     _, own, own_start = layout(delta_file)
     _, base_tensors, base_start = layout(base_file)
     tmp = out_file.with_name(out_file.name + ".partial")
@@ -240,7 +259,7 @@ def kept_digest(path: Path) -> str:
     from .records import content_digest
     man = manifest_path(Path(path) / DELTA)
     if Path(path).is_dir() and man.is_file():
-        digest = json.loads(man.read_text()).get("folder_digest")
+        digest = read_manifest(man).get("folder_digest")
         if digest:
             return digest
     return content_digest(path)

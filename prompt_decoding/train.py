@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from common.engine.cache import crop_to
+from common.checks import differences
 from common.errors import UserError, check_range, cli_main
 from common.engine.forward import final_norm, num_layers, run_layers
 from common.training.seqtrain import cuts_loss, teacher_forward
@@ -177,11 +178,10 @@ def init_from_stage1(prompts: PromptTokens, path: Path, model) -> dict:
     fields worth carrying (its steps and wall time)."""
     state = read_trained(Path(path), hint="train the first stage first (python -m prompt_decoding.train)")
     meta = state["identity"]["meta"]
-    want = {k: meta.get(k) for k in ("m", "n", "mask")}
-    if want != {"m": prompts.m, "n": prompts.n, "mask": prompts.mask} or \
-            {k: meta.get(k) for k in fingerprint(model)} != fingerprint(model):
-        raise UserError(f"--init-from {path} holds prompt tokens trained for {meta}; valid: m={prompts.m}, "
-                        f"n={prompts.n}, mask={prompts.mask} on {fingerprint(model)}")
+    want = {"m": prompts.m, "n": prompts.n, "mask": prompts.mask, **fingerprint(model)}
+    if diff := differences({k: meta.get(k) for k in want}, want):
+        raise UserError(f"--init-from {path} holds prompt tokens of another shape or model ({diff}); "
+                        "train a first stage like this one")
     with torch.no_grad():
         prompts.embeddings.copy_(state["module"]["embeddings"])
     return {"init_from": str(path), "stage1_steps": state["step"], "stage1_wall_s": state.get("wall_s")}
@@ -250,7 +250,7 @@ def train_prompts(model, tokenizer, data: dict, out: Path, cfg, stop, recipe: Pr
         raise UserError(f"the held-out answers are not this model's own greedy answers (its argmax gives "
                         f"{own:.2f} of their tokens; valid: >= {OWN_GREEDY_MIN}): prompt tokens learn the greedy "
                         "continuation of the model they run on, so build both corpora with it "
-                        "(python -m common.training.selfdistill --model <it>)")
+                        "(python -m common.training.corpus answers --model <it>)")
 
     def evaluate(p):
         acc = guess_accuracy(model, p, curve_seqs, curve_starts, topk=5)

@@ -6,7 +6,8 @@ from pathlib import Path
 from common.assets.models import MODELS, checkpoint_dir
 from common.config import bench_decoders, group_config, labels_config
 from common.workflow.artifacts import missing_records
-from common.workflow.commands import bench_command, eagle_flags, head_train_flags, section_bench_command, stopping_flags
+from common.workflow.commands import (answer_set_command, bench_command, eagle_flags, head_train_flags,
+                                     section_bench_command, stopping_flags, teacher_command)
 from common.workflow.resources import rule_resources as _rule_resources
 
 
@@ -114,13 +115,15 @@ def group_decoders(wildcards):
 
 # Placeholders decoder options may name (config decoder_config) -> the trained component's file
 # (what the rule waits for) and folder (what the decoder is given), under .cache/components/<profile>/.
-COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{eagle}": "eagle/head.pt", "{draft}": "draft/model/config.json",
+COMPONENT_FILES = {"{medusa}": "medusa/heads.pt", "{eagle}": "eagle/head.pt", "{eagle3}": "eagle3/head.pt",
+                   "{draft}": "draft/model/config.json",
                    "{prompt_tokens}": "prompt_tokens/main/prompts.pt", "{firp}": "firp_maps/main/maps.pt",
                    "{bild_small_aligned}": "bild_small_aligned/model/config.json",
                    "{rest_datastore}": "rest_datastore/datastore.json",
                    "{medusa_released}": "medusa_released/heads.pt",
                    "{prompt_tokens_released}": "prompt_tokens_released/prompts.pt"}
-COMPONENT_DIRS = {"{medusa}": "medusa", "{eagle}": "eagle", "{draft}": "draft/model", "{prompt_tokens}": "prompt_tokens/main",
+COMPONENT_DIRS = {"{medusa}": "medusa", "{eagle}": "eagle", "{eagle3}": "eagle3", "{draft}": "draft/model",
+                  "{prompt_tokens}": "prompt_tokens/main",
                   "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model",
                   "{rest_datastore}": "rest_datastore", "{medusa_released}": "medusa_released",
                   "{prompt_tokens_released}": "prompt_tokens_released"}
@@ -292,6 +295,11 @@ def parent_of_head(wildcards, output):
 def parent_of_prompts(wildcards, output):
     """The converted prompt tokens' folder, read from its checkpoint file."""
     return str(Path(output.prompts).parent)
+
+
+def corpus_of(wildcards, input):
+    """The corpus folder a trainer reads, from its summary file (input ``corpus``)."""
+    return str(Path(input.corpus).parent)
 
 
 def parent_of_stats(wildcards, output):

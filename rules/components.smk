@@ -5,6 +5,8 @@
 # the wall budget). Checkpoints live in the git-ignored cache; statistics and learning curves
 # are copied under results/ for the notebooks.
 from common.components.medusa_heads import TREE_SIZES
+from common.components.eagle_head import TREE_SIZES as EAGLE_TREE_SIZES
+from common.workflow.commands import eagle3_flags
 
 COMP = f".cache/components/{P.name}"
 C = P.raw["components"]
@@ -25,8 +27,7 @@ rule selfdistill_corpus:
     resources: **rule_resources("selfdistill_corpus")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], t=P.threads, dev=P.device
     shell:
-        "{params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output}"
-        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+        answer_set_command("{output}", "{params.c[prompts]}")
 
 
 rule teacher_cache:
@@ -41,8 +42,7 @@ rule teacher_cache:
     resources: **rule_resources("teacher_cache")
     params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], C["teacher"])
     shell:
-        "{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
-        " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+        teacher_command()
 
 
 # The same pass over ShareGPT's reference replies (BiLD's unaligned small model learns the
@@ -58,8 +58,7 @@ if TEACHER_TEXT:
         resources: **rule_resources("teacher_cache")
         params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_TEXT)
         shell:
-            "{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
-            " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+            teacher_command()
 
 
 # The corpus's training shards as a text set (their answers are the model's own greedy tokens:
@@ -76,8 +75,7 @@ if TEACHER_ANSWERS:
         resources: **rule_resources("teacher_cache")
         params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=teacher_flags(C["corpus"], TEACHER_ANSWERS)
         shell:
-            "{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
-            " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+            teacher_command()
 
 
 rule train_medusa:
@@ -136,9 +134,8 @@ rule seq_corpus:
     resources: **rule_resources("seq_corpus")
     params: env=ENV, py=PY, m=P.model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
     shell:
-        "{params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output}"
-        " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
-        " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t} > {log} 2>&1"
+        answer_set_command("{output}", "{params.s[prompts]}", skip="{params.c[prompts]}",
+                           max_prompt_tokens="{params.s[max_prompt_tokens]}")
 
 
 # The authors' released components (the profile's `released`: a folder or hub id each), converted
@@ -227,3 +224,29 @@ rule train_eagle:
         " --out {params.out}"
         " {params.flags} --stats-out {output.stats} --curve-out {output.curve}"
         " --device {params.dev} --threads {params.t} > {log} 2>&1"
+
+
+# EAGLE-3's head (common.components.eagle3_head) reads the sharded corpus itself, not a teacher
+# cache: each batch runs the frozen model for its fused layers' inputs (three layers' features of
+# the whole corpus would take 17-35 GB). Trained until its held-out curve flattens, its step cap
+# or its wall budget (components.eagle3); resumable from its checkpoint.
+if "eagle3" in C:
+    rule train_eagle3:
+        input: model_files(), corpus=f"{CORPUS}/stats.json"
+        output:
+            head=f"{COMP}/eagle3/head.pt",
+            trees=[f"{COMP}/eagle3/tree_{n}.json" for n in EAGLE_TREE_SIZES],
+            stats=f"{ROOT}/cross/raw/eagle3_stats.json",
+            curve=f"{ROOT}/cross/raw/eagle3_curve.jsonl",
+        conda: "../env.yml"
+        log: f"{LOGS}/train_eagle3.log"
+        benchmark: f"{BENCH}/train_eagle3.tsv"
+        threads: rule_threads("train_eagle3")
+        resources: **rule_resources("train_eagle3")
+        params:
+            env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head, corpus=corpus_of,
+            flags=eagle3_flags(C["eagle3"]),
+        shell:
+            "{params.env} {params.py} -m common.components.eagle3_head --model {params.m} --corpus-dir {params.corpus}"
+            " --out {params.out} {params.flags} --stats-out {output.stats} --curve-out {output.curve}"
+            " --device {params.dev} --threads {params.t} > {log} 2>&1"

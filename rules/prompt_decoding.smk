@@ -33,11 +33,9 @@ rule pd_base_corpora:
     resources: **rule_resources("pd_base_corpora")
     params: env=ENV, py=PY, m=PDR.train_model, c=C["corpus"], s=C["seqcorpus"], t=P.threads, dev=P.device
     shell:
-        "({params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output.corpus}"
-        " --prompts {params.c[prompts]} --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}"
-        " && {params.env} {params.py} -m common.training.selfdistill --model {params.m} --out {output.seqcorpus}"
-        " --prompts {params.s[prompts]} --skip {params.c[prompts]} --max-prompt-tokens {params.s[max_prompt_tokens]}"
-        " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}) > {log} 2>&1"
+        f"({answer_set_command('{output.corpus}', '{params.c[prompts]}', log=False)} && "
+        f"{answer_set_command('{output.seqcorpus}', '{params.s[prompts]}', skip='{params.c[prompts]}', max_prompt_tokens='{params.s[max_prompt_tokens]}', log=False)})"
+        " > {log} 2>&1"
 
 
 rule pd_train:

@@ -3,9 +3,11 @@ repository writes (trained checkpoints, the REST datastore, corpus shards, recor
 vocabularies, released heads) turns a truncated or garbage file into one UserError naming the
 file and what to do; the CLIs that read them exit 2 with that one short line and write nothing.
 Tiny files and tiny random models only."""
+import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -309,3 +311,240 @@ def test_a_damaged_released_checkpoint(tmp_path, name, how):
     save_file(state, str(tmp_path / name)) if name.endswith(".safetensors") else torch.save(state, tmp_path / name)
     damage(tmp_path / name, how)
     one_error(lambda: read_tensors(tmp_path, MEDUSA_FILES), tmp_path / name, "download the authors' folder again")
+
+
+def test_the_corpus_recipe_refusal_names_only_the_differing_fields(tmp_path):
+    from common.training.corpus import Recipe, check_recipe
+
+    want = Recipe(model="m", model_id="a" * 16, tokenizer_id="t" * 16)
+    found = {**dataclasses.asdict(want), "model_id": "b" * 16, "answer_tokens": 64}
+    msg = one_error(lambda: check_recipe(found, want, tmp_path), tmp_path, "another recipe")
+    assert "answer_tokens: 64 there, 128 here" in msg and "tokenizer_id" not in msg
+
+
+# ---------------------------------------------------------------- small answer sets (corpus answers)
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--prompts", "0"], "--prompts=0 is out of range"),
+    (["--answer-tokens", "0"], "--answer-tokens=0 is out of range"),
+    (["--max-prompt-tokens", "0"], "--max-prompt-tokens=0 is out of range"),
+    (["--skip", "-1"], "--skip=-1 is out of range"),
+    (["--threads", "0"], "--threads=0 is out of range"),
+    (["--device", "gpu0"], "invalid device 'gpu0'"),
+])
+def test_the_answers_subcommand_checks_its_arguments_before_the_model_loads(tmp_path, capsys, monkeypatch, extra, msg):
+    from common.assets import models
+    from common.training import corpus
+
+    def tripwire(*a, **k):
+        raise AssertionError("the model was loaded before the arguments were checked")
+    monkeypatch.setattr(models, "load_model", tripwire)
+    line = cli(corpus._main, ["answers", "--model", "m", "--out", str(tmp_path / "set.pt"), *extra], capsys)
+    assert msg in line and list(tmp_path.iterdir()) == []
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    assert "is a folder" in cli(corpus._main, ["answers", "--model", "m", "--out", str(folder)], capsys)
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the garbage bytes start like a pickle
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_answer_set_is_one_error_before_the_model_loads(tmp_path, capsys, monkeypatch, how):
+    from common.assets import models
+    from common.training import corpus
+
+    path = tmp_path / "corpus.pt"
+    torch.save({"kw": {"n_prompts": 2}, "corpus": [{"ids": [1, 2, 3], "start": 1}] * 2}, path)
+    damage(path, how)
+    one_error(lambda: corpus.cached_set(path, n_prompts=2, max_new_tokens=128), path, "delete it")
+
+    def tripwire(*a, **k):
+        raise AssertionError("the model was loaded for a damaged answer set")
+    monkeypatch.setattr(models, "load_model", tripwire)
+    line = cli(corpus._main, ["answers", "--model", "m", "--out", str(path), "--prompts", "2"], capsys)
+    assert str(path) in line and "rebuilt on the next run" in line
+
+
+# ---------------------------------------------------------------- the training loop's run state
+
+def _finished_run(tmp_path) -> Path:
+    from common.training.loop import TrainConfig, train
+
+    ckpt = tmp_path / "c.pt"
+    data = [(torch.randn(4), i % 3) for i in range(8)]
+    train(torch.nn.Linear(4, 3), data, lambda m, b: m(torch.stack([x for x, _ in b])).sum(),
+          TrainConfig(epochs=1, batch_size=4), ckpt)
+    return ckpt
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the garbage bytes start like a pickle
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_run_state_is_one_error(tmp_path, how):
+    from common.checkpoints import run_path
+    from common.training.loop import Stopping, TrainConfig, finish_with_accuracy, run_summary, train
+
+    ckpt = _finished_run(tmp_path)
+    run = run_path(ckpt)
+    run.unlink(missing_ok=True)  # the published checkpoint may be a hard link of the run file
+    damage(ckpt, how)
+    one_error(lambda: train(torch.nn.Linear(4, 3), [(torch.randn(4), 0)], lambda m, b: m(b[0][0]).sum(),
+                            TrainConfig(epochs=1, batch_size=1), ckpt), ckpt, "train again")
+    one_error(lambda: run_summary(ckpt, [], Stopping(eval_every=2), TrainConfig(), time.perf_counter(), tmp_path / "curve.jsonl"),
+              ckpt, "training checkpoint")
+    one_error(lambda: finish_with_accuracy(ckpt, torch.nn.Linear(4, 3), torch.nn.Linear(4, 3), [[1.0]], tmp_path / "o",
+                                           None, time.perf_counter()), ckpt, "train again")
+    assert not (tmp_path / "curve.jsonl").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_run_state_of_another_recipe_names_the_differing_keys(tmp_path):
+    from common.training.loop import TrainConfig, train
+
+    ckpt = _finished_run(tmp_path)
+    with pytest.raises(UserError) as e:
+        train(torch.nn.Linear(4, 3), [(torch.randn(4), 0)] * 8, lambda m, b: m(b[0][0]).sum(),
+              TrainConfig(epochs=1, batch_size=4), ckpt, meta={"teacher": "x" * 2000})
+    msg = str(e.value)
+    assert "another config/data (meta: {} there" in msg and len(msg) < MAX_LINE, msg
+
+
+# ---------------------------------------------------------------- the teacher cache
+
+def _teacher_cache(tmp_path) -> Path:
+    from common.training import teacher
+
+    data = teacher.text_only([{"ids": [1, 2, 3, 4], "start": 1}, {"ids": [5, 6], "start": 1}])
+    path = tmp_path / "teacher.pt"
+    teacher._save(path, {"key": {"version": 1}, "train": data, "heldout": data})
+    return path
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the garbage bytes start like a pickle
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_teacher_cache_is_one_error(tmp_path, how):
+    from common.training import teacher
+
+    path = _teacher_cache(tmp_path)
+    assert len(teacher.read_cache(path)["train"]) == 2
+    damage(path, how)
+    one_error(lambda: teacher.read_cache(path), path, "python -m common.training.teacher")
+    one_error(lambda: teacher._read_if_key(path, {"version": 1}), path, "rebuild it")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_teacher_key_file_is_one_error(tmp_path, how):
+    from common.training import teacher
+
+    path = _teacher_cache(tmp_path)
+    key = teacher._key_file(path)
+    damage(key, how)
+    one_error(lambda: teacher._read_if_key(path, {"version": 1}), key, "teacher cache key", "delete it")
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the garbage bytes start like a pickle
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_teacher_pass_part_is_one_error(tmp_path, how):
+    from common.training import teacher
+
+    meta = {"file": "shard-00000.npz", "sha256": "0" * 64}
+    part = tmp_path / f"shard-00000.{'0' * 12}.k32.float32.pt"
+    torch.save({**vars(teacher.text_only([{"ids": [1, 2], "start": 1}])), "wall_s": 1.0}, part)
+    damage(part, how)
+    one_error(lambda: teacher._shard_pass(None, meta, tmp_path, tmp_path, "k32.float32", 32, 8, None, "pass"), part,
+              "teacher pass part", "passes that shard again")
+
+
+# ---------------------------------------------------------------- trees, PPD's exit head, kept models
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_tree_file_is_one_error(tmp_path, how):
+    from common.engine.tree import load_tree, save_tree
+
+    path = tmp_path / "tree_8.json"
+    save_tree(path, [(0,), (1,), (0, 0)], accept_rate=0.5)
+    damage(path, how)
+    one_error(lambda: load_tree(path), path, "tree file", "train again")
+    path.write_text(json.dumps({"paths": [[0, 1]]}))  # JSON, but no tree: the parent [0] is missing
+    one_error(lambda: load_tree(path), path, "has no parent [0]")
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the garbage bytes start like a pickle
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_ppd_exit_head_is_one_error(tmp_path, how):
+    from ppd_pipelined.decoding import load_head
+
+    path = tmp_path / "head_l2.pt"
+    torch.save(torch.nn.Linear(4, 8, bias=False).state_dict(), path)
+    damage(path, how)
+    one_error(lambda: load_head(str(path), None), path, "python -m ppd_pipelined.heads")
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_kept_model_is_one_error(tmp_path, how):
+    from safetensors.torch import save_file
+
+    from common.weights_delta import DELTA, FIX, kept_digest, layout, manifest_path
+
+    model = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(4, 4)}, str(model))
+    damage(model, how)
+    one_error(lambda: layout(model), model, FIX)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    man = manifest_path(kept / DELTA)
+    man.write_text(json.dumps({"format": 1, "header": "{}", "folder_digest": "abc"}))
+    assert kept_digest(kept) == "abc"
+    damage(man, how)
+    one_error(lambda: kept_digest(kept), man, "kept-model manifest", FIX)
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_damaged_training_stats_beside_firp_heads(tmp_path, how):
+    from firp.accuracy import _trained
+
+    (tmp_path / "stats.json").write_text(json.dumps({"steps": 3}))
+    assert _trained(tmp_path)["steps"] == 3
+    damage(tmp_path / "stats.json", how)
+    one_error(lambda: _trained(tmp_path), tmp_path / "stats.json", "train the component again")
+
+
+# ---------------------------------------------------------------- refusals of another model's component
+
+def test_heads_for_another_model_name_the_differing_keys(tmp_path, tiny):
+    """PPD's layer heads, FIRP's Figure 3 heads and a first stage of prompt tokens trained for
+    another model: each refusal names the keys that differ, in one short line."""
+    from types import SimpleNamespace
+
+    from common.checkpoints import fingerprint
+    from firp.accuracy import load_heads as firp_heads
+    from ppd_pipelined.heads import LayerHeads, load_heads as ppd_heads
+    from prompt_decoding.train import init_from_stage1
+
+    other = {**fingerprint(tiny), "base": "another-model-" + "x" * 300, "hidden": 4096}
+    save_trained(LayerHeads([1], 4, 8), tmp_path / "ppd.pt", {"model": other, "layers": [1]})
+    msg = one_error(lambda: ppd_heads(tiny, tmp_path / "ppd.pt"), tmp_path / "ppd.pt", "trained for another model")
+    assert "hidden: 4096 there" in msg
+    (tmp_path / "firp").mkdir()
+    save_trained(torch.nn.Linear(4, 3), tmp_path / "firp" / "heads.pt", {**other, "n_heads": 1, "share_lm_head": False})
+    msg = one_error(lambda: firp_heads(tiny, tmp_path / "firp"), tmp_path / "firp", "trained for another model")
+    assert "hidden: 4096 there" in msg
+    save_trained(torch.nn.Linear(4, 3), tmp_path / "pd.pt", {"m": 2, "n": 1, "mask": "x", **other})
+    prompts = SimpleNamespace(m=3, n=1, mask="x")
+    msg = one_error(lambda: init_from_stage1(prompts, tmp_path / "pd.pt", tiny), tmp_path / "pd.pt",
+                    "of another shape or model")
+    assert "m: 2 there, 3 here" in msg
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ([], "needs --heldout-corpus (ShareGPT text) or --corpus-dir"),
+    (["--corpus-dir", "c", "--corpus-tokens", "0"], "--corpus-tokens=0 is out of range"),
+    (["--corpus-dir", "c", "--topk", "0"], "--topk=0 is out of range"),
+    (["--heldout-corpus", "h", "--text-sequences", "3"], "--text-sequences needs --corpus-dir"),
+    (["--corpus-dir", "c", "--device", "gpu0"], "invalid device 'gpu0'"),
+])
+def test_the_teacher_checks_its_arguments_before_the_model_loads(tmp_path, capsys, monkeypatch, extra, msg):
+    from common.training import teacher
+
+    def tripwire(*a, **k):
+        raise AssertionError("the model was loaded before the arguments were checked")
+    monkeypatch.setattr(teacher, "load_model", tripwire)
+    line = cli(teacher._main, ["--model", "m", "--teacher", str(tmp_path / "t.pt"), *extra], capsys)
+    assert msg in line and list(tmp_path.iterdir()) == []

@@ -3,6 +3,7 @@ pattern, the loss falls, a resumed training equals an uninterrupted one, the dec
 accepts drafts, the target keeps the fused layers' inputs, and bad input is one UserError."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -203,20 +204,57 @@ def test_bad_input(model, tmp_path, monkeypatch):
                   "--draft-vocab", "20"])
 
 
-def test_the_command_line_trains_on_the_corpus_and_writes_its_records(model, tmp_path, monkeypatch, one_thread):
+def test_the_command_line_trains_on_the_corpus_with_the_rules_flags(model, tmp_path, monkeypatch, one_thread):
+    """The smoke profile's recipe, turned into flags as rule train_eagle3 turns it (commands.eagle3_flags),
+    trains the head through the command line and writes its records."""
+    import shlex
+
     import common.training.cli as cli
+    from common.config import load_profile
+    from common.workflow.commands import eagle3_flags
+
+    recipe = {**load_profile(None, "smoke").raw["components"]["eagle3"], "layers": [1, 2, 3]}
     cdir = tiny_corpus(tmp_path / "corpus", model, max_shards=1, answer_tokens=12, batch_size=4)
     monkeypatch.setattr(cli, "load_model", lambda name, **kw: (model, None))
     with frozen(model):
-        e3._main(["--model", "tiny", "--corpus-dir", str(cdir), "--out", str(tmp_path / "head"), "--layers", "1,2,3",
-                  "--draft-vocab", "20", "--ttt-steps", "2", "--max-steps", "4", "--eval-every", "2",
-                  "--head-max-len", "32", "--curve-out", str(tmp_path / "curve.jsonl"),
+        e3._main(["--model", "tiny", "--corpus-dir", str(cdir), "--out", str(tmp_path / "head"),
+                  *shlex.split(eagle3_flags(recipe)), "--curve-out", str(tmp_path / "curve.jsonl"),
                   "--stats-out", str(tmp_path / "stats.json")])
     stats = json.loads((tmp_path / "stats.json").read_text())
-    assert stats["component"] == "eagle3_head" and stats["steps"] == 4 and stats["fused_layers"] == [1, 2, 3]
+    assert stats["component"] == "eagle3_head" and stats["fused_layers"] == [1, 2, 3]
+    assert stats["steps"] == recipe["max_steps"] and stats["ttt_steps"] == recipe["ttt_steps"]
+    assert stats["draft_vocab"] == recipe["draft_vocab"] and stats["max_len"] == recipe["max_len"]
     assert stats["weights_path"] == str(tmp_path / "head") and (tmp_path / "head" / "tree_8.json").is_file()
     curve = [json.loads(l) for l in (tmp_path / "curve.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in curve] == [0, 2, 4] and all(len(r["heldout_top1"]) == 2 for r in curve)
+    every = recipe["eval_every"]
+    assert [r["step"] for r in curve] == list(range(0, recipe["max_steps"] + 1, every))
+    assert all(len(r["heldout_top1"]) == recipe["ttt_steps"] for r in curve)
+
+
+def test_the_draft_vocabulary_is_the_most_frequent_answer_tokens_or_all_of_them(model, tmp_path):
+    data = e3.load_corpus(tiny_corpus(tmp_path / "corpus", model, max_shards=1, answer_tokens=12, batch_size=4), model)
+    answers = torch.from_numpy(np.concatenate(list(data["train"].answers())).astype(np.int64))
+    counts = torch.bincount(answers, minlength=model.config.vocab_size)
+    distinct = int((counts > 0).sum())
+    keep = e3.draft_vocab(data["train"], 10, model.config.vocab_size)
+    assert keep.tolist() == sorted(keep.tolist()) and keep.numel() == 10
+    # every kept token occurs at least as often as every token left out
+    left = torch.ones_like(counts, dtype=torch.bool)
+    left[keep] = False
+    assert int(counts[keep].min()) >= int(counts[left].max())
+    # asked for more than the corpus says: all it says (the code's most_common(N))
+    every = e3.draft_vocab(data["train"], model.config.vocab_size, model.config.vocab_size)
+    assert every.tolist() == torch.nonzero(counts).flatten().tolist() and every.numel() == distinct
+    # fewer distinct tokens than a static tree's ranks: one UserError
+    few = e3.CorpusData([_only_tokens(data["train"].shards[0], e3.RANKS - 1)])
+    with pytest.raises(UserError, match="distinct tokens"):
+        e3.draft_vocab(few, 100, model.config.vocab_size)
+
+
+def _only_tokens(shard, n: int):
+    """``shard`` with its tokens folded onto the ids ``0..n-1``."""
+    import dataclasses
+    return dataclasses.replace(shard, tokens=shard.tokens % n)
 
 
 def test_the_proposer_catches_up_on_the_fused_layers_of_the_committed_sequence(model, trained, one_thread):

@@ -1,9 +1,10 @@
 """The import layers of common/ (pyproject.toml, [tool.importlinter]), checked by import-linter.
 
 `lint-imports` runs on the repository as CI runs it; then on a copy of the packages with one
-import added, to show each contract fails on what it forbids: today's cycle brought back
-(model loading importing the reduced-vocabulary tool), a bottom-layer module importing model
-loading, and common/ importing a paper package.
+import added, to show each contract fails on what it forbids (every contract has such a probe,
+checked against pyproject.toml): today's cycle brought back (model loading importing the
+reduced-vocabulary tool), a bottom-layer module importing model loading, the workflow's planning
+importing model code, one paper package importing another, and common/ importing a paper package.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -67,7 +69,8 @@ def test_the_copy_keeps_them_unchanged(copy):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("module, line, contract", [
+# (module, line appended to it, the contract that line breaks): one per contract at least
+PROBES = [
     # a cycle inside one subpackage, held together by a function-level import (import-linter
     # counts those): the target imports trees, a tree reaching back to the target
     ("common.engine.tree", "def _target():\n    from .target import Target\n    return Target", "common-acyclic"),
@@ -84,9 +87,29 @@ def test_the_copy_keeps_them_unchanged(copy):
     ("common.decoders.base", "from ..training.loop import train", "decoder-core"),
     # core importing a paper package
     ("common.engine.target", "import bild.decoding", "common-no-papers"),
-])
+    # the registry (the bottom of the decoders) reaching up into the decoder contract
+    ("common.decoders.registry", "def _contract():\n    from .base import Decoder\n    return Decoder",
+     "decoders-layers"),
+    # planning a DAG loading model code: rule resources importing the target adapter
+    ("common.workflow.resources", "def _target():\n    from common.engine.target import Target\n    return Target",
+     "workflow-plans-torch-free"),
+    # one paper package's workflow reaching into another's
+    ("firp.workflow", "def _bild():\n    from bild.workflow import RuleParams\n    return RuleParams",
+     "papers-independent"),
+]
+
+
+@pytest.mark.parametrize("module, line, contract", PROBES)
 def test_each_contract_fails_on_what_it_forbids(copy, module, line, contract):
     with _with_line(copy, module, line):
         r = lint(copy, contract)
     assert r.returncode != 0, f"{contract} kept despite {module}: {line}\n{r.stdout}"
     assert "BROKEN" in r.stdout
+
+
+def test_every_contract_has_a_probe():
+    """A contract added to pyproject.toml without a probe above is a check nobody saw fail."""
+    contracts = {c["id"] for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    probed = {contract for _, _, contract in PROBES}
+    assert contracts == probed, f"contracts without a probe: {sorted(contracts - probed)}; probes of no contract: " \
+                                f"{sorted(probed - contracts)}"

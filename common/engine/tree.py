@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..paths import load_or_error
 
 
 @dataclass(frozen=True)
@@ -127,14 +128,16 @@ def save_tree(path: Path, paths, **stats) -> None:
 
 def load_tree(path: Path) -> TreeBuffers:
     """Load a tree written by :func:`save_tree` (or any JSON with a ``paths`` list)."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"tree file {str(p)!r} does not exist")
-    try:
-        data = json.loads(p.read_text())
-        return build_tree(data["paths"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"tree file {str(p)!r} is malformed ({e}); expected {{'paths': [[0], [0, 1], ...]}}")
+    def load(p: Path) -> TreeBuffers:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("paths"), list):
+            raise ValueError("no 'paths' list")
+        try:
+            return build_tree(data["paths"])
+        except UserError as e:  # a path list that is no tree: name the file it came from
+            raise UserError(f"tree file {p}: {e}") from e
+    return load_or_error(path, load, "tree file",
+                         "a missing or malformed tree comes from its trainer: train again; valid: JSON {'paths': [[0], [0, 1], ...]}")
 
 
 def resolve_tree(value, max_depth: int, what: str, stored: Path | None = None) -> int | tuple[tuple[int, ...], ...]:

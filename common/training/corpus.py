@@ -28,6 +28,11 @@ what ran before, so resuming gives the same shards as an uninterrupted run (test
 tiny model). Shard files hold token ids only (int32, compressed): ~5 bytes per token.
 
 CLI: ``python -m common.training.corpus --model smollm2-135m-instruct --out DIR --tokens 1000000``.
+
+A small answer set in one cached file (:func:`answer_set`: ``corpus.pt``, ``seqcorpus.pt``, for
+a model the shards were not made by, a variant's own base model, or a profile that reads no
+shards) comes from the same generator, through the ``answers`` subcommand:
+``python -m common.training.corpus answers --model M --out FILE --prompts 32 [--skip 32]``.
 """
 from __future__ import annotations
 
@@ -44,10 +49,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..checks import differences
 from ..errors import UserError, check_range
 from ..engine.fast import cast_copy
 from ..hardware import bf16_note
-from ..paths import atomic_write, file_sha256, load_or_error, short_reason
+from ..paths import atomic_write, file_sha256, load_json, load_or_error, short_reason
 
 MANIFEST = "corpus.json"
 HELDOUT = "heldout.npz"
@@ -149,14 +155,16 @@ def read_shard(path: Path, sha256: str | None = None) -> Shard:
 
 
 def read_manifest(out: Path) -> dict | None:
+    """The corpus directory's manifest, or None where there is none yet; a damaged one (it is
+    rewritten atomically after every shard, so only a hand or a disk damages it) is one error."""
     path = Path(out) / MANIFEST
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # cut short, or bytes that are no text
-        raise UserError(f"{path} is not valid JSON ({e}); it is rewritten after every shard, so it can only be "
-                        "damaged by hand: restore it or delete the directory") from e
+    manifest = load_json(path, "corpus manifest", "restore it or delete the directory and build the corpus again")
+    if not {"recipe", "heldout", "shards"} <= manifest.keys():
+        raise UserError(f"corpus manifest {path} lacks recipe, heldout or shards; restore it or delete the directory "
+                        "and build the corpus again")
+    return manifest
 
 
 def write_manifest(out: Path, manifest: dict) -> None:
@@ -165,11 +173,9 @@ def write_manifest(out: Path, manifest: dict) -> None:
 
 
 def check_recipe(found: dict, recipe: Recipe, out: Path) -> None:
-    """Refuse a directory built for another recipe, naming every field that differs."""
-    want = dataclasses.asdict(recipe)
-    diff = [f"{k}: {found.get(k)!r} there, {v!r} here" for k, v in want.items() if found.get(k) != v]
-    if diff:
-        raise UserError(f"corpus directory {out} was built with another recipe ({'; '.join(diff)}); "
+    """Refuse a directory built for another recipe, naming the first fields that differ and their count."""
+    if diff := differences(found, dataclasses.asdict(recipe)):
+        raise UserError(f"corpus directory {out} was built with another recipe ({diff}); "
                         "use another --out or the same settings")
 
 
@@ -322,19 +328,33 @@ def answer_set(model, tokenizer, n_prompts: int, max_new_tokens: int, max_prompt
     Returns:
         ``n_prompts`` dicts ``{"ids": [prompt + answer ids], "start": len(prompt)}``.
     """
-    from ..assets.data import load_dataset_samples
-    from ..assets.prompts import encode_prompt
-
-    check_range("n_prompts", n_prompts, 1)
     check_range("max_new_tokens", max_new_tokens, 1)
-    check_range("skip", skip, 0)
-    samples = load_dataset_samples(dataset, n=skip + n_prompts)[skip:]
-    if len(samples) < n_prompts:
-        raise UserError(f"{dataset} has {len(samples) + skip} samples, fewer than skip + n_prompts = {skip + n_prompts}")
-    prompts = [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist() for s in samples]
+    _, prompts = first_turns(tokenizer, n_prompts, skip, max_prompt_tokens, dataset)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     answers = greedy_answers(model, prompts, max_new_tokens, tokenizer.eos_token_id, batch_size, pad=pad)
     return [{"ids": p + a, "start": len(p)} for p, a in zip(prompts, answers)]
+
+
+def first_turns(tokenizer, n: int, skip: int = 0, max_prompt_tokens: int | None = 256,
+                dataset: str = "sharegpt") -> tuple[list, list[list[int]]]:
+    """The ``n`` samples of ``dataset`` after the first ``skip`` and their first human turns as
+    prompt ids under the chat template (each keeping its last ``max_prompt_tokens`` tokens): the
+    prompts an answer set answers and a reference-text set (:func:`common.training.teacher.sharegpt_text`)
+    pairs with its replies, read one way.
+
+    Returns:
+        ``(samples, prompts)``: ``n`` :class:`~common.assets.data.Sample` and ``n`` id lists.
+    """
+    from ..assets.data import load_dataset_samples
+    from ..assets.prompts import encode_prompt
+
+    check_range("n", n, 1)
+    check_range("skip", skip, 0)
+    samples = load_dataset_samples(dataset, n=skip + n)[skip:]
+    if len(samples) < n:
+        raise UserError(f"{dataset} has {len(samples) + skip} samples, fewer than skip + n = {skip + n}")
+    return samples, [encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist()
+                     for s in samples]
 
 
 def answer_set_key(**kw) -> dict:
@@ -347,15 +367,24 @@ def answer_set_key(**kw) -> dict:
     return {k: v for k, v in kw.items() if v is not None and (k not in defaults or v != defaults[k])}
 
 
+def cached_set(path: Path, **kw) -> list[dict] | None:
+    """The answer set cached in ``path`` when it was made with these settings (``kw``:
+    :func:`answer_set`'s), else None; read without a model, so a caller can skip loading one. A
+    damaged file is one UserError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    data = load_or_error(path, torch.load, "answer set", "delete it; it is rebuilt on the next run")
+    return data["corpus"] if isinstance(data, dict) and data.get("kw") == answer_set_key(**kw) else None
+
+
 def load_or_build_set(path: Path, model, tokenizer, **kw) -> list[dict]:
     """The answer set cached in ``path`` (git-ignored; several trainers share it), built when the
     file is missing or was made with other settings. ``kw``: :func:`answer_set`'s settings."""
     kw = answer_set_key(**kw)
     path = Path(path)
-    if path.is_file():
-        data = load_or_error(path, torch.load, "answer set", "delete it; it is rebuilt on the next run")
-        if isinstance(data, dict) and data.get("kw") == kw:
-            return data["corpus"]
+    if (answers := cached_set(path, **kw)) is not None:
+        return answers
     answers = answer_set(model, tokenizer, **kw)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: torch.save({"kw": kw, "corpus": answers}, tmp))
@@ -410,12 +439,49 @@ def summary(out: Path) -> dict:
             "disk_bytes": sum((Path(out) / s["file"]).stat().st_size for s in shards + ([m["heldout"]] if m["heldout"] else []))}
 
 
+def _answers_main(argv) -> None:
+    """``python -m common.training.corpus answers``: :func:`load_or_build_set` from flags."""
+    from ..checks import ArgumentParser, check_device, check_out_path, check_positive_int
+    from ..assets.models import load_model
+
+    ap = ArgumentParser(prog="python -m common.training.corpus answers",
+                        description="build a small answer set (the model's greedy answers, one cached file)")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", type=Path, required=True, help="the answer set's file (e.g. corpus.pt)")
+    ap.add_argument("--prompts", type=int, default=96)
+    ap.add_argument("--answer-tokens", type=int, default=128)
+    ap.add_argument("--skip", type=int, default=0, help="answer the prompts after the first SKIP (held out)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=None, help="cut prompts to their last N tokens")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="where the model generates (cpu, cuda, cuda:N)")
+    a = ap.parse_args(argv)
+    # every cheap check before the model loads (minutes on a large one)
+    for name in ("prompts", "answer_tokens", "max_prompt_tokens", "threads"):
+        check_positive_int(f"--{name.replace('_', '-')}", getattr(a, name))
+    check_range("--skip", a.skip, 0)
+    check_out_path(a.out)
+    device = str(check_device(a.device))
+    kw = {"n_prompts": a.prompts, "max_new_tokens": a.answer_tokens, "skip": a.skip,
+          "max_prompt_tokens": a.max_prompt_tokens}
+    answers = cached_set(a.out, **kw)  # a set already made (or a damaged file) needs no model
+    if answers is None:
+        if a.threads:
+            torch.set_num_threads(a.threads)
+        model, tok = load_model(a.model, device=device)
+        answers = load_or_build_set(a.out, model, tok, **kw)
+    print(f"{len(answers)} sequences, {sum(len(c['ids']) - c['start'] for c in answers)} answer tokens -> {a.out}")
+
+
 def _main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["answers"]:  # the small answer set; without a subcommand, the shards
+        return _answers_main(argv[1:])
     from ..checks import ArgumentParser, check_device, check_positive_int
     from ..assets.models import load_model
 
     ap = ArgumentParser(prog="python -m common.training.corpus",
-                        description="build (or continue) the sharded self-distillation corpus")
+                        description="build (or continue) the sharded self-distillation corpus",
+                        epilog="a small answer set in one file instead: python -m common.training.corpus answers --help")
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", type=Path, required=True, help="corpus directory (shards + corpus.json)")
     ap.add_argument("--tokens", type=int, default=1_000_000, help="training answer tokens to reach")

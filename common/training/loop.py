@@ -28,7 +28,8 @@ from ..checkpoints import publish, run_path
 # that still import it from the training loop.
 from ..checkpoints import fingerprint, load_trained, read_trained, save_trained  # noqa: F401
 from ..errors import UserError, check_range
-from ..paths import atomic_write
+from ..checks import differences
+from ..paths import atomic_write, load_or_error
 from ..records import write_json, write_jsonl
 
 
@@ -155,7 +156,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
     source = work if work.is_file() else ckpt_path if ckpt_path.is_file() else None
     # map to where the module lives: a run checkpoint from a lent GPU resumes on the CPU (and back)
     device = next(iter(params), torch.empty(0)).device
-    state = torch.load(source, weights_only=False, map_location=device) if source is not None else None
+    state = _read_state(source, device) if source is not None else None
     if state is not None and state["identity"] != identity:
         # The published output is gone (a workflow rerun deletes it: the checkpoint itself, or
         # the artifact exported from it) and the recipe changed since: the run state belongs to
@@ -164,7 +165,7 @@ def train(module: torch.nn.Module, examples: Sequence, loss_fn: Callable[[torch.
         replaced = not ckpt_path.is_file() or (artifact is not None and not Path(artifact).exists())
         if not replaced:
             raise UserError(f"checkpoint {source} was trained with another config/data "
-                            f"({state['identity']}); delete it or restore that config")
+                            f"({differences(state['identity'], identity)}); delete it or restore that config")
         tqdm.write(f"{desc}: {source} was trained with another config/data; starting afresh")
         work.unlink(missing_ok=True)
         ckpt_path.unlink(missing_ok=True)
@@ -297,7 +298,7 @@ def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConf
         log: :func:`train`'s per-step log.
         started: ``time.perf_counter()`` when this session began.
     """
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu", mmap=True)  # mapped: only the curve and counters are read
+    state = _read_state(ckpt_path, "cpu", mmap=True)  # mapped: only the curve and counters are read
     curve = state["curve"]
     if curve_path is not None:
         write_jsonl(curve_path, curve)
@@ -308,6 +309,18 @@ def run_summary(ckpt_path: Path, log: list[dict], stop: Stopping, cfg: TrainConf
             "steps": state["step"], "chosen_step": state.get("chosen_step", state["step"]), "first_loss": log[0]["loss"] if log else None,
             "final_loss": log[-1]["loss"] if log else None, "untrained": heldout(curve[0]), "final": heldout(chosen_row(state)),
             "stopping": asdict(stop), "config": asdict(cfg)}
+
+
+def _read_state(path: Path, device, mmap: bool = False) -> dict:
+    """A run's state (a finished checkpoint or the run file beside it) on ``device``; a truncated,
+    garbage or foreign file is one UserError naming it (training again from the start is the fix:
+    the run's progress is in the damaged file)."""
+    def load(p: Path) -> dict:
+        state = torch.load(p, weights_only=False, map_location=device, mmap=mmap)
+        if not isinstance(state, dict) or not isinstance(state.get("identity"), dict):
+            raise ValueError("no run state written by common.training.loop")
+        return state
+    return load_or_error(path, load, "training checkpoint", "delete it and train again (the run starts afresh)")
 
 
 def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: list[list[float]], out: Path,
@@ -325,7 +338,7 @@ def finish_with_accuracy(ckpt_path: Path, module: torch.nn.Module, model, acc: l
         the statistics.
     """
     ckpt_path = Path(ckpt_path)
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")  # rewritten only, never trained on
+    state = _read_state(ckpt_path, "cpu")  # rewritten only, never trained on
     state["acc"] = acc
     atomic_write(ckpt_path, lambda tmp: torch.save(state, tmp))
     n = sum(p.numel() for p in module.parameters())

@@ -48,13 +48,11 @@ from tqdm import tqdm
 from . import corpus as corpus_mod
 from ..checkpoints import fingerprint
 from ..checks import ArgumentParser, check_device
-from ..assets.data import load_dataset_samples
 from ..errors import UserError, check_range, cli_main
 from ..engine.fast import cast_copy
 from ..hardware import bf16_note, code_version, provenance
 from ..assets.models import load_model
-from ..paths import atomic_write
-from ..assets.prompts import encode_prompt
+from ..paths import atomic_write, load_json, load_or_error
 from ..records import check_start, write_json
 
 VERSION = 1  # bump when the stored layout changes
@@ -270,7 +268,8 @@ def _shard_pass(model, shard_meta: dict, corpus_dir: Path, parts: Path, tag: str
     states what the whole pass cost; None for a part written before parts kept their time."""
     path = parts / f"{Path(shard_meta['file']).stem}.{shard_meta['sha256'][:12]}.{tag}.pt"
     if path.is_file():
-        fields = torch.load(path, weights_only=True)
+        fields = load_or_error(path, _tensor_dict, "teacher pass part",
+                               "delete it; the next run passes that shard again")
         wall = fields.pop("wall_s", None)
         return TeacherData(**fields), None if wall is None else float(wall)
     t = time.perf_counter()
@@ -348,13 +347,10 @@ def sharegpt_text(tokenizer, n: int, skip: int = 0, max_len: int = 256, max_prom
     self-distillation corpus cuts prompts), then the reference reply and end-of-turn, cut at
     ``max_len`` tokens."""
     check_range("max_len", max_len, 2)
-    samples = load_dataset_samples(dataset, n=skip + n)[skip:]
-    if len(samples) < n:
-        raise UserError(f"{dataset} has {len(samples) + skip} samples, fewer than skip + n = {skip + n}")
+    samples, prompts = corpus_mod.first_turns(tokenizer, n, skip, max_prompt_tokens, dataset)  # an answer set's prompts
     eos = tokenizer.eos_token_id
     out = []
-    for s in samples:
-        prompt = encode_prompt(tokenizer, s.turns[0], max_prompt_tokens=max_prompt_tokens)[0].tolist()
+    for s, prompt in zip(samples, prompts):
         reply = tokenizer(s.reference or "", add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
         out.append({"ids": (prompt + reply)[:max_len], "start": min(len(prompt), max_len - 1)})
     return out
@@ -366,8 +362,21 @@ def read_cache(path: Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"teacher cache {path} does not exist; valid: a cache built by python -m common.training.teacher")
-    data = torch.load(path, weights_only=True)  # tensors and plain values only
-    return {**data, "train": TeacherData(**data["train"]), "heldout": TeacherData(**data["heldout"])}
+
+    def load(p: Path) -> dict:
+        data = _tensor_dict(p)  # tensors and plain values only
+        return {**data, "train": TeacherData(**data["train"]), "heldout": TeacherData(**data["heldout"])}
+    return load_or_error(path, load, "teacher cache", "delete it and rebuild it: python -m common.training.teacher "
+                                                      "(rule teacher_cache)")
+
+
+def _tensor_dict(path: Path) -> dict:
+    """A file of tensors and plain values (``weights_only``) whose top level is a dict; anything
+    else raises (:func:`~common.paths.load_or_error` turns it into one error line)."""
+    data = torch.load(path, weights_only=True)
+    if not isinstance(data, dict):
+        raise ValueError(f"its top level is a {type(data).__name__}, not a dict")
+    return data
 
 
 def load_or_build(path: Path, model, tokenizer, heldout_corpus: Path, heldout_prompts: int,
@@ -467,7 +476,8 @@ def _read_if_key(path: Path, key: dict) -> dict | None:
     """The cache at ``path`` when it was built with ``key``, else None; a key file that differs
     spares reading the cache (a cache without one is read and its own key compared)."""
     kf, want = _key_file(path), json.loads(json.dumps(key))  # compared as JSON: tuples read back as lists
-    if not path.is_file() or (kf.is_file() and json.loads(kf.read_text()) != want):
+    fix = "delete it and the cache beside it; the next run rebuilds them"
+    if not path.is_file() or (kf.is_file() and load_json(kf, "teacher cache key", fix) != want):
         return None
     data = read_cache(path)
     return data if json.loads(json.dumps(data.get("key"))) == want else None
@@ -504,7 +514,9 @@ def add_args(ap) -> None:
     ap.add_argument("--topk", type=int, default=32)
 
 
-def from_args(a, model, tokenizer) -> dict:
+def check_args(a) -> None:
+    """The cheap checks of :func:`add_args`' flags, run before the model loads (and again by
+    :func:`from_args`, for callers that load it first)."""
     if a.corpus_dir is None and a.heldout_corpus is None:
         raise UserError("the teacher cache needs --heldout-corpus (ShareGPT text) or --corpus-dir (the sharded corpus)")
     if a.corpus_tokens is not None:
@@ -513,6 +525,13 @@ def from_args(a, model, tokenizer) -> dict:
         if a.corpus_dir is None:
             raise UserError("--text-sequences needs --corpus-dir (its held-out shard evaluates)")
         check_range("--text-sequences", a.text_sequences, 1)
+    for name in ("heldout_prompts", "answer_tokens", "sequences", "topk"):
+        check_range(f"--{name.replace('_', '-')}", getattr(a, name), 1)
+
+
+def from_args(a, model, tokenizer) -> dict:
+    """The teacher cache :func:`add_args`' flags name (:func:`load_or_build`)."""
+    check_args(a)
     return load_or_build(a.teacher, model, tokenizer, a.heldout_corpus, a.heldout_prompts, a.answer_tokens,
                          a.sequences, a.max_len, a.max_prompt_tokens, a.topk, corpus_dir=a.corpus_dir,
                          corpus_tokens=a.corpus_tokens, pass_dtype=a.pass_dtype, text_sequences=a.text_sequences)
@@ -528,9 +547,11 @@ def _main(argv=None) -> None:
     a = ap.parse_args(argv)
     version = code_version()  # the code this pass loaded (read now, not when it ends)
     check_start(a.stats_out)  # refused now, not after the pass
+    check_args(a)
+    device = str(check_device(a.device))
     if a.threads:
         torch.set_num_threads(a.threads)
-    model, tok = load_model(a.model, device=str(check_device(a.device)))
+    model, tok = load_model(a.model, device=device)
     data = from_args(a, model, tok)
     stats = {"key": data["key"], "wall_s": data["wall_s"], "untimed_parts": data.get("untimed_parts", 0),
              "train_sequences": len(data["train"]),

@@ -1,6 +1,7 @@
 """Command lines and flags several rules share, written once: the benchmark command of every
-timing rule (:func:`bench_command`) and the trainers' flags built from a recipe of the config
-(:func:`stopping_flags`, :func:`head_train_flags`, :func:`eagle_flags`).
+timing rule (:func:`bench_command`), the teacher cache's (:func:`teacher_command`), the small
+answer sets' (:func:`answer_set_command`) and the trainers' flags built from a recipe of the
+config (:func:`stopping_flags`, :func:`head_train_flags`, :func:`eagle_flags`).
 
 A command is a Snakemake shell template: ``{params.x}``, ``{wildcards.x}``, ``{input}``,
 ``{output}`` and ``{log}`` are filled per job, so a rule passes the params its template names.
@@ -34,6 +35,26 @@ def section_bench_command(wildcard: str, aa: bool = False) -> str:
                          aa=aa)
 
 
+def teacher_command() -> str:
+    """``python -m common.training.teacher`` of a teacher-cache rule (the profile's model
+    ``{params.m}``, the cache's flags ``{params.flags}``, outputs ``cache`` and ``stats``), logged."""
+    return ("{params.env} {params.py} -m common.training.teacher --model {params.m} --teacher {output.cache}"
+            " {params.flags} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1")
+
+
+def answer_set_command(out: str, prompts: str, skip: str = "", max_prompt_tokens: str = "", log: bool = True) -> str:
+    """``python -m common.training.corpus answers`` of a rule: model ``{params.m}``'s greedy answers
+    (``{params.c[answer_tokens]}`` tokens each) to ``prompts`` ShareGPT first turns after the
+    first ``skip``, cached in ``out``; ``max_prompt_tokens`` cuts the prompts. Each argument is a
+    template (``{output}``, ``{params.c[prompts]}``); ``log=False`` leaves the redirection to the
+    caller (a rule chaining two sets into one log)."""
+    return ("{params.env} {params.py} -m common.training.corpus answers --model {params.m}"
+            f" --out {out} --prompts {prompts}" + (f" --skip {skip}" if skip else "") +
+            (f" --max-prompt-tokens {max_prompt_tokens}" if max_prompt_tokens else "") +
+            " --answer-tokens {params.c[answer_tokens]} --device {params.dev} --threads {params.t}" +
+            (" > {log} 2>&1" if log else ""))
+
+
 def stopping_flags(c: Mapping) -> str:
     """The early-stopping flags of a component's config (common.training.loop.Stopping)."""
     flags = f"--max-epochs {c['max_epochs']} --eval-every {c['eval_every']} --patience {c['patience']}" \
@@ -55,4 +76,18 @@ def eagle_flags(c: Mapping) -> str:
     """``common.components.eagle_head`` flags of the profile's recipe (components.eagle)."""
     flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}",
              f"--head-max-len {c['max_len']}", f"--noise {c['noise']}"]
+    return " ".join(flags)
+
+
+def eagle3_flags(c: Mapping) -> str:
+    """``common.components.eagle3_head`` flags of the profile's recipe (components.eagle3): the
+    stopping flags, the optimizer, the training-time test and the draft vocabulary; ``layers``
+    and ``corpus_tokens`` only where set (null: the trainer's defaults, the code's layers and the
+    whole corpus)."""
+    flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}", f"--head-max-len {c['max_len']}",
+             f"--ttt-steps {c['ttt_steps']} --step-decay {c['step_decay']} --draft-vocab {c['draft_vocab']}"]
+    if c.get("layers"):
+        flags.append("--layers " + ",".join(str(l) for l in c["layers"]))
+    if c.get("corpus_tokens"):
+        flags.append(f"--corpus-tokens {c['corpus_tokens']}")
     return " ".join(flags)
