@@ -124,7 +124,8 @@ def test_every_committed_table_has_a_verdict(table):
 
 
 @pytest.mark.parametrize("held, cases, word", [(12, 12, "holds"), (9, 12, "mostly holds"), (8, 12, "partly holds"),
-                                               (7, 12, "partly holds"), (2, 3, "partly holds"), (1, 6, "partly holds"),
+                                               (7, 12, "partly holds"), (2, 3, "partly holds"), (3, 6, "partly holds"),
+                                               (2, 5, "does not hold"), (1, 6, "does not hold"),
                                                (0, 5, "does not hold"), (0, 0, "untested")])
 def test_mostly_needs_three_quarters(held, cases, word):
     from common.harness.report import trend, verdict_word

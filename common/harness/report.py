@@ -521,16 +521,19 @@ def share(flags: Iterable[bool]) -> str:
 
 # "mostly holds" needs at least this share of the cases (7/12 or 2/3 is "partly holds").
 MOSTLY = 0.75
+# "partly holds" needs at least half the cases; below, the paper's trend does not hold here.
+PARTLY = 0.5
 
 
 def verdict_word(held: int, cases: int) -> str:
     """The verdict of a comparison that holds in ``held`` of ``cases`` cases: "holds" (all),
-    "mostly holds" (at least :data:`MOSTLY`), "partly holds" (some), "does not hold" (none),
+    "mostly holds" (at least :data:`MOSTLY`), "partly holds" (at least :data:`PARTLY`), "does
+    not hold" (fewer: 1/8 is no partial confirmation; the count beside it says how many held),
     "untested" (no case)."""
     if not cases:
         return "untested"
     return ("holds" if held == cases else "mostly holds" if held >= MOSTLY * cases
-            else "partly holds" if held else "does not hold")
+            else "partly holds" if held >= PARTLY * cases else "does not hold")
 
 
 def trend(what: str, ours: Iterable[bool], paper: Iterable[bool] | None = None) -> str:
