@@ -197,6 +197,25 @@ def layer_table(stats: dict[str, dict]) -> pd.DataFrame:
                           "top5": top(s["acc"][0], 5), **training(s)} for n, s in stats.items()]).sort_values("layer")
 
 
+def paper_models(entry: dict) -> list[str]:
+    """The models a paper figure was measured on, as its citation in ``paper_numbers.yaml`` names
+    them (the comma-separated names before the first ";" inside its parentheses: "Figure 5
+    (Vicuna-7B, LLaMA-2-Chat-7B; ...)"), so a header can say which of them a run stands in for
+    without the names being typed twice. An empty list when the citation names none."""
+    cite = str(entry.get("cite", ""))
+    inside = cite.partition("(")[2].rpartition(")")[0].partition(";")[0]
+    # a clause that is not a list of model names ("all models and datasets") names none
+    names = [n.strip() for n in inside.split(",") if n.strip()]
+    return names if names and all(" " not in n for n in names) else []
+
+
+def model_cut(stats: dict[str, dict], entry: dict) -> tuple[str, list[str], list[str]]:
+    """The arguments of ``Render.cut`` for a figure built on the trainings ``stats`` where the
+    paper (its ``paper_numbers.yaml`` ``entry``) measured several models: ("models", ours,
+    the paper's)."""
+    return "models", sorted({str(s["model"]) for s in stats.values()}), paper_models(entry)
+
+
 def middle_layer(layers: pd.Series, depth: int) -> int:
     """Of the trained ``layers``, the one nearest the paper's middle fraction of ``depth``."""
     return layers.iloc[int(np.argmin(np.abs(layers - depth * PAPER_MIDDLE)))]

@@ -290,6 +290,20 @@ def no_better(t: pd.DataFrame, a, b) -> list[bool]:
     return [rb[c] <= ra[c] for c in COLS]
 
 
+def gaps(t: pd.DataFrame, a, b) -> list[tuple[float, float]]:
+    """The (``b``, ``a``) accuracies per metric of :data:`COLS` that :func:`no_better` compares:
+    what ``Render.trend(..., ties=...)`` reads to call a comparison a tie when every gap is
+    smaller than a single seed can resolve."""
+    ra, rb = t[t.setting == a].iloc[0], t[t.setting == b].iloc[0]
+    return [(float(rb[c]), float(ra[c])) for c in COLS]
+
+
+def consecutive(df: pd.DataFrame) -> list[tuple[float, float]]:
+    """The (earlier, later) accuracy pairs :func:`rising` compares, in its order."""
+    df = df.sort_values("EPTs")
+    return [(float(a), float(b)) for c in COLS for a, b in zip(df[c], df[c][1:])]
+
+
 def paper_no_better(rows: dict, a, b) -> list[bool]:
     """:func:`no_better` on the paper's table ``rows`` {setting: four numbers}."""
     return [rows[b][i] <= rows[a][i] for i in range(4)]

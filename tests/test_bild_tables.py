@@ -85,3 +85,24 @@ def test_within_one_rows_picks_the_fastest_setting_within_a_point():
     assert row["best_within_1"] == "c" and row["speedup"] == 1.3 and row["paper IWSLT speedup"] == 1.6
     none = T.within_one_rows({("translate", "bild"): g[g.decoder.isin(["vanilla", "b"])]}, ["translate"], paper)
     assert none[0]["best_within_1"] == "none" and none[0]["speedup"] is None
+
+
+def test_no_loss_is_also_decided_against_the_large_models_greedy_output():
+    recs = [{"decoder": "vanilla", "new_tokens": 10, "wall_time": 2.0}]
+    # the reference metric calls bild@fb0.5_rb2 "no loss" (10.2 >= 10.0) though it keeps 90% of the
+    # large model's greedy tokens: a no loss decided on the stand-in references' noise
+    noisy = sweep(["vanilla", "bild@fb0.5_rb2", "bild@fb0.9_rb5"], [10.0, 10.2, 9.5], [1.0, 1.2, 1.6])
+    exact = noisy.assign(agree_tokens=[1.0, 1.0, 0.8])
+    rows = (T.table1_rows("summarize", "aligned", noisy, recs, PAPER, "aligned")
+            + T.table1_rows("summarize", "unaligned", exact, recs, PAPER)
+            + T.table1_rows("summarize", "reduced", noisy, recs, PAPER))   # beyond the paper: not counted
+    table = pd.DataFrame(rows)
+    assert T.kept_greedy(table) == [False, True]
+    note = T.noise_note(table)
+    assert note.startswith("no loss on the stand-in references only") and "summarize/aligned bild@fb0.5_rb2" in note
+    assert "unaligned" not in note and "reduced" not in note and "; " not in note  # "; " splits a verdict line
+    assert T.noise_note(table[table.variant != "aligned"]) is None
+    # a cell with no no-loss setting keeps nothing and is no noise either
+    none = pd.DataFrame(T.table1_rows("summarize", "aligned", sweep(["vanilla", "bild@fb0.5_rb2"], [10.0, 5.0],
+                                                                    [1.0, 1.2]), recs, PAPER, "aligned"))
+    assert T.kept_greedy(none) == [False] and T.noise_note(none) is None

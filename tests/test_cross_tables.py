@@ -71,3 +71,12 @@ def test_curve_rows_keep_the_published_weights():
                          {"draft": {"stopped": "max steps", "teacher": {"k": 2}}}, {"k": 1}, lambda k: f"data {k}").iloc[0]
     assert other.top1_kept == 0.3 and other.data == "data {'k': 2}" and other.watched == "top-1 agreement"
     assert T.top1([0.7, 0.1]) == 0.7 and T.top1(0.3) == 0.3
+
+
+def test_ran_on_names_hosts_as_every_host_caveat_does():
+    from common.harness.report import host_caveat
+    one = [rec("vanilla", 0, 1.0), rec("fast", 0, 0.5)]
+    assert T.ran_on(one) == "cpu: X, torch 2"  # the same name the verdicts' caveats use, torch included
+    two = one + [{**rec("fast", 1, 0.5), "device": "cpu: Y, torch 2"}]
+    assert T.ran_on(two) == host_caveat(two) and "2 hosts" in T.ran_on(two)
+    assert T.ran_on([{k: v for k, v in r.items() if k != "device"} for r in one]) == "unknown"

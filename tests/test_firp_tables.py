@@ -116,3 +116,24 @@ def test_cosine_table_one_column_per_maps_state():
     t = T.cosine_table(df)
     assert list(t.columns) == ["step", "layer", "identity", "trained"] and t.layer.tolist() == [4, 8]
     assert t.trained.tolist() == [0.5, 0.9]
+
+
+def test_figures_on_one_of_the_papers_models_say_so_from_the_citation():
+    from common.harness.report import cut_line
+    fig5 = {"cite": "Section 4.2.3, Figure 5 (Vicuna-7B, LLaMA-2-Chat-7B; first step trained at layers 5, 10)"}
+    assert T.paper_models(fig5) == ["Vicuna-7B", "LLaMA-2-Chat-7B"]
+    # a clause that lists no models names none, so nothing is said to be cut
+    assert T.paper_models({"cite": "Section 4.3, Figure 7 (all models and datasets; steps at 15 and 20)"}) == []
+    assert T.paper_models({}) == []
+    stats = {"k1l5": {"model": "tiny"}, "k1l9": {"model": "tiny"}}
+    assert cut_line(*T.model_cut(stats, fig5)) == "models tiny of the paper's LLaMA-2-Chat-7B, Vicuna-7B"
+    # the paper's own models cover ours: no cut
+    assert cut_line(*T.model_cut({"a": {"model": "Vicuna-7B"}, "b": {"model": "LLaMA-2-Chat-7B"}}, fig5)) is None
+
+
+def test_the_committed_figure_citations_name_the_papers_models():
+    # the notebooks' header line for Figures 5-6 reads these: a citation reworded so it names no
+    # model would silently drop the cut from the header
+    from common.harness.render import paper_numbers
+    paper = paper_numbers("firp")
+    assert len(T.paper_models(paper["fig5"])) == len(T.paper_models(paper["fig6"])) == 2

@@ -152,3 +152,37 @@ def test_loss_and_recipe_tables():
     assert table.epochs.tolist()[:2] == [2.0, 8.0]  # steps x batch / training sequences
     # at equal sequences seen (the fewer: 24): the reference's nearest evaluation is at 20
     assert equal[("b4", "ref")]["acc1_top1"] == 0.3 and equal[("b4", "b4")]["acc1_top1"] == 0.35
+
+
+def test_the_accuracies_each_comparison_rests_on_are_its_tie_pairs():
+    # pd.table3-8 and pd.table2 pass these to Render.trend(..., ties=...): they must be the very
+    # numbers no_better / rising compare, in their order, or a tie would be judged on other gaps
+    stats = {"main": training(), "learned": training(), "prefix": training(2, prefix=True)}
+    t = T.ablation_table(stats, lambda s: "with" if s.get("prefix") else s.get("aggregation", "average"), {})
+    g = T.gaps(t, "average", "with")
+    assert np.allclose(g, [(0.2, 0.1), (1.0, 0.5), (0.2, 0.1), (1.0, 0.5)])
+    assert [b <= a for b, a in g] == T.no_better(t, "average", "with")
+    _, ours, _ = T.ept_table({"main": training(1), "n2": training(2)}, {2: "n2", 1: "main"},
+                             {"columns": T.COLS, "rows": {"1": [0.1, 0.2, 0.3, 0.4]}})
+    c = T.consecutive(ours)
+    assert np.allclose(c, [(0.1, 0.2), (0.5, 1.0), (0.1, 0.2), (0.5, 1.0)])
+    assert [b >= a for a, b in c] == T.rising(ours)
+
+
+def test_an_ablation_decided_on_single_seed_gaps_below_the_tolerance_is_a_tie(tmp_path):
+    # pd.table7's shape: every metric of the two trainings within report.ACCURACY_TOL, one seed
+    from common.harness import report
+    from common.harness.render import Render
+    raw = tmp_path / "prompt_decoding" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "x.jsonl").write_text('{"a": 1}\n')
+    R = Render("pd.table7", str(tmp_path), "prompt_decoding", "embedded", inputs=[str(raw / "x.jsonl")])
+    near = training(1)
+    near["acc"] = (np.asarray(near["acc"]) + report.ACCURACY_TOL / 20).tolist()  # top-5 sums 5 ranks: < tol
+    t = T.ablation_table({"a": training(1), "b": near}, lambda s: "learned" if s is near else "average", {})
+    line = R.trend("the average >= learned", T.no_better(t, "average", "learned"), ties=T.gaps(t, "average", "learned"))
+    assert report.tie_note(report.ACCURACY_TOL) in line and "holds" not in line
+    far = training(2)
+    t = T.ablation_table({"a": training(1), "b": far}, lambda s: "learned" if s is far else "average", {})
+    line = R.trend("the average >= learned", T.no_better(t, "average", "learned"), ties=T.gaps(t, "average", "learned"))
+    assert "tie" not in line and line.endswith("does not hold here")

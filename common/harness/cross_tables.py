@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..config import AA_LABEL
-from .report import aa_spread, extra_memory, limits, stats_match, step_times, summarize
+from .report import aa_spread, extra_memory, host_caveat, hosts, limits, stats_match, step_times, summarize
 
 
 # --- cross.table / cross.fig -------------------------------------------------------------------
@@ -37,6 +37,14 @@ def extras(group: str, recs: list[dict], decoder: str, stats: dict[str, dict], j
             stats_match(s, [r for r in recs if r["decoder"] == decoder]))
 
 
+def ran_on(recs: list[dict]) -> str:
+    """The machine a group's benchmark ran on, named as :func:`.report.hosts` names it (device
+    and torch version, as every verdict's host caveat does); a group whose own records span
+    several hosts gets :func:`.report.host_caveat`'s words, since its speedups (each a ratio to
+    the group's vanilla) then measure the machines too."""
+    return host_caveat(recs) or next(iter(hosts(recs)), "unknown")
+
+
 def cross_rows(groups: dict[str, list[dict]], stats: dict[str, dict], joins, curve) -> pd.DataFrame:
     """cross.table's rows: every group's summary with the trained components' costs, the
     machine it ran on, extra memory per call, the hardware limits (its host's cost ``curve``)
@@ -50,7 +58,7 @@ def cross_rows(groups: dict[str, list[dict]], stats: dict[str, dict], joins, cur
         t["train_wall_s"] = pd.Series([e[1] for e in ex], dtype=object)  # blank, not nan, when untrained
         t["trained_on"] = pd.Series([e[2] for e in ex], dtype=object)
         t["same_weights"] = pd.Series([e[3] for e in ex], dtype=object)
-        t["ran_on"] = ", ".join(sorted({r["device"].split(", torch")[0] for r in recs}))
+        t["ran_on"] = ran_on(recs)
         mem = extra_memory(recs)  # blank for a group whose records predate per-call growth
         t["extra_mem_mib"] = pd.Series([mem.get(d) for d in t.decoder], dtype=object)
         t = t.merge(limits(recs, curve), on="decoder", how="left").merge(step_times(recs), on="decoder", how="left")

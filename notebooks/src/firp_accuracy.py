@@ -26,7 +26,7 @@ import numpy as np
 from common.harness import report
 from common.harness.render import Render, paper_numbers
 from firp.tables import (KS, at_least, check_trainings, layer_table, mask_table, method_names, middle_layer,
-                         second_step_table, seen_by, top, topk_frame, topk_table)
+                         model_cut, second_step_table, seen_by, top, topk_frame, topk_table)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -136,6 +136,7 @@ R.save_table(table, meta)
 # %% [firp.fig5]
 check(lambda s: s["steps_k"] == 1, "must train one step (steps_k 1)")
 table = layer_table(stats)
+R.cut(*model_cut(stats, paper["fig5"]))  # the paper plots two models; the header says which we stand in with
 depth = next(s.get("model_layers") for s in stats.values())
 mid = middle_layer(table.layer, depth)  # the paper's middle, 15 of 32
 fig, ax = plt.subplots(figsize=(6, 4))
@@ -173,6 +174,7 @@ first = {s["layers"][0] for s in stats.values()}
 if len(first) != 1:
     raise ValueError(f"{artifact_id}: step 1's layer must be the same in every training; got {sorted(first)}")
 table = second_step_table(stats)
+R.cut(*model_cut(stats, paper["fig6"]))  # as Figure 5: one model for the paper's two
 fig, ax = plt.subplots(figsize=(6, 4))
 for c in ("step2_top1", "step2_top5", "step1_top1"):
     ax.plot(table.step2_layer, table[c], marker="o", ls="--" if c.startswith("step1") else "-",
