@@ -205,27 +205,41 @@ class ResumeLog:
     @staticmethod
     def read(path: Path) -> tuple[dict | None, dict]:
         """``(identity, {key: records})`` of a log as it stands, without starting or checking it
-        (``(None, {})`` where there is none); a torn last line is left out."""
-        if not Path(path).is_file():
+        (``(None, {})`` where there is none, or only a header torn by a kill); a torn last line
+        is left out. Anything else that does not parse (bytes that are no text, a bad header, a
+        bad line before the last) is damage, not a kill: one UserError naming the log."""
+        path = Path(path)
+        if not path.is_file():
             return None, {}
-        lines = Path(path).read_text().splitlines()
-        try:
-            head = json.loads(lines[0]) if lines else {}
-        except json.JSONDecodeError:
-            head = {}
-        done: dict = {}
-        for line in lines[1:]:
-            try:
-                unit = json.loads(line)
-            except json.JSONDecodeError:
-                break  # torn by a kill mid-write: that unit is simply redone
-            done[unit["key"]] = unit["records"]
-        return head.get("identity"), done
+
+        def load(p: Path) -> tuple[dict | None, dict]:
+            text = p.read_bytes().decode("utf-8")
+            lines = text.splitlines()
+            # only the last line can be torn (each unit is written whole, then synced), and a torn
+            # line lacks its newline
+            torn = len(lines) if lines and not text.endswith("\n") else None
+            units = []
+            for n, line in enumerate(lines, 1):
+                try:
+                    unit = json.loads(line)
+                    ok = isinstance(unit, dict) and ("identity" in unit if n == 1 else {"key", "records"} <= unit.keys())
+                except ValueError:
+                    ok = False
+                if not ok:
+                    if n == torn:
+                        break  # killed mid-write: that unit is simply redone
+                    raise ValueError(f"line {n} is no {'header' if n == 1 else 'unit'} of a resume log")
+                units.append(unit)
+            if not units:
+                return None, {}
+            return units[0]["identity"], {u["key"]: u["records"] for u in units[1:]}
+        return load_or_error(path, load, "resume log",
+                             "delete it to start afresh (the units it held are computed again)")
 
     def load(self) -> dict:
         """``{key: records}`` of the completed units (empty for a fresh run); starts the log."""
         identity, done = self.read(self.path)
-        if self.path.is_file() and identity != self.identity:
+        if identity is not None and identity != self.identity:  # None: no log, or no complete line in it
             raise UserError(f"{self.path} holds a partial run with other settings ({identity}); "
                             f"delete it to start afresh, or rerun with those settings to resume it")
         self.path.parent.mkdir(parents=True, exist_ok=True)

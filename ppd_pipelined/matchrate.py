@@ -27,7 +27,6 @@ equals ``rank[1:] < k`` here.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from common.errors import UserError, check_range, cli_main
 from common.engine.forward import logits_from_hidden, num_layers
 from common.hardware import code_version, describe, device_clock
 from common.assets.prompts import TRUNCATE, fit_prompt
-from common.records import JsonlWriter, check_start
+from common.records import JsonlWriter, check_start, read_jsonl
 
 from .config import CLASSIFIERS, MAX_TOPK, METHODS, TASKS, check_p, check_probed_layers
 
@@ -205,7 +204,9 @@ def run(a) -> list[dict]:
     layers, classifiers = validate(a)
     version = code_version()  # the code this process loaded (read now: a commit made beside the run is not it)
     check_start(a.out)
-    samples = load_jsonl(a.prompts)[: a.n]
+    samples = load_jsonl(a.prompts)[: a.n]  # a damaged prompt file: one error line, before the model loads
+    # the same lines again, as raw dicts, for the record's dataset fields (load_jsonl keeps only a Sample's)
+    src = read_jsonl(a.prompts, "fix or regenerate the prompt file")[: a.n]
     if a.threads is not None:
         torch.set_num_threads(a.threads)
     from common.assets.models import load_model
@@ -224,7 +225,6 @@ def run(a) -> list[dict]:
             "classifiers": classifiers, "max_new_tokens": a.max_new_tokens,
             "method_params": {"top_k": a.top_k} if a.method == "top_k" else
             {"top_p": a.top_p} if a.method == "top_p" else {}, "prompts": str(a.prompts)}
-    src = [json.loads(line) for line in a.prompts.read_text().splitlines() if line.strip()][: a.n]
     from tqdm import tqdm
     records = []
     with JsonlWriter(a.out) as w:

@@ -26,7 +26,6 @@ Snakemake itself would retrain them where the cache lacks their upstream files (
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -41,7 +40,7 @@ from common.errors import UserError  # noqa: E402
 from common.assets.models import cache_root, checkpoint_dir  # noqa: E402
 from common.records import content_digest  # noqa: E402
 from common.training.loop import read_trained  # noqa: E402
-from common.weights_delta import DELTA, MODEL_FILE, join, manifest_path, parts_of, split  # noqa: E402
+from common.weights_delta import DELTA, MODEL_FILE, join, manifest_path, parts_of, read_manifest, split  # noqa: E402
 
 # what only a resumed run reads: the optimizer's state, and (restore_best) the best evaluation's
 # weights and the last step's, which a finished checkpoint's "module" already publishes one of
@@ -130,7 +129,10 @@ def restore(package: str, profile: str, root: Path = ROOT) -> None:
         if dst.exists():
             print(f"kept in the cache already: {dst}")
             continue
-        name = json.loads(manifest_path(f).read_text())["base"]
+        name = read_manifest(manifest_path(f)).get("base")  # damaged: one error line naming it
+        if not isinstance(name, str):
+            raise UserError(f"kept-model manifest {manifest_path(f)} names no base model; restore it from git "
+                            "or keep the model again (python tools/keep_components.py keep ...)")
         base_file = checkpoint_dir(name) / MODEL_FILE
         if not base_file.is_file():
             raise UserError(f"{base_file} is missing: {f.parent} is kept against the base model {name}; valid: "

@@ -75,11 +75,9 @@ def trained_digests(results: Path, root: Path = ROOT) -> dict[str, tuple[str, st
     files = sorted(results.glob("*/raw/*_stats.json"))
     stamps = committed_at([os.path.relpath(f, root) for f in files], root)
     for f in files:
-        try:
-            stats = json.loads(f.read_text())
-        except ValueError:
-            continue
-        if not isinstance(stats, dict) or not stats.get("weights_path") or not stats.get("weights_digest"):
+        # a damaged stats file would silently drop the digest it names: one error line instead
+        stats = load_json(f, "training stats", "restore it from git (git checkout -- FILE) or train again")
+        if not stats.get("weights_path") or not stats.get("weights_digest"):
             continue
         path, rel = os.path.normpath(stats["weights_path"]), os.path.relpath(f, root)
         if path not in out or stamps.get(rel, float("inf")) >= when[path]:

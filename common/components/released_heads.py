@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError, cli_main
-from ..paths import load_or_error
+from ..paths import load_or_error, short_reason
 from ..assets.models import local_copy
 from ..records import write_json
 
@@ -78,14 +78,22 @@ def source_folder(src: str | os.PathLike, files: tuple[str, ...]) -> Path:
 
 
 def read_json(path: Path) -> dict:
+    """A released folder's JSON config; missing, damaged or no JSON object: one UserError naming
+    it and what to do (the authors' files are not ours to rebuild: fetched again)."""
+    fix = "download the authors' folder again (it holds this file)"
     if not path.is_file():
-        raise UserError(f"{path} does not exist; the authors' checkpoint folder holds it")
+        raise UserError(f"{path} does not exist; {fix}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise UserError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
+        raise UserError(f"{path}: invalid JSON ({e.msg} at line {e.lineno}); {fix}") from e
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: invalid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from e
+        raise UserError(f"{path}: invalid JSON (not UTF-8 text: {e.reason} at byte {e.start}); {fix}") from e
+    except OSError as e:
+        raise UserError(f"{path} is unreadable ({short_reason(e)}); {fix}") from e
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}: invalid JSON (a {type(obj).__name__}, not an object); {fix}")
+    return obj
 
 
 def read_tensors(folder: Path, names: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], Path]:

@@ -34,6 +34,7 @@ import torch
 from ..config import load_profile
 from ..errors import UserError, cli_main
 from ..assets.models import MODELS, resolve
+from ..paths import load_or_error
 from ..records import write_json
 
 HIDDEN = 64      # every stand-in's width: a 40-layer stand-in stays a few million parameters
@@ -94,8 +95,17 @@ def _base_dims(base: str, stand_ins: dict, root: Path) -> tuple[int, int]:
     if base not in stand_ins or stand_ins[base]["arch"] != "llama":
         raise UserError(f"a released stand-in's base {base!r} is not a llama stand-in of this profile; "
                         f"valid: {', '.join(k for k, v in stand_ins.items() if v['arch'] == 'llama')}")
-    cfg = json.loads((root / hub_id(base) / "config.json").read_text())
-    return cfg["hidden_size"], cfg["vocab_size"]
+    path = root / hub_id(base) / "config.json"
+
+    def load(p: Path) -> tuple[int, int]:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+        dims = (cfg.get("hidden_size"), cfg.get("vocab_size")) if isinstance(cfg, dict) else (None, None)
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            raise ValueError("no positive hidden_size and vocab_size")
+        return dims
+    # written by this build before the components released for it; damaged: that stand-in is rebuilt
+    return load_or_error(path, load, "stand-in config",
+                         "delete its folder and build the stand-ins again (python -m common.harness.stand_ins)")
 
 
 def write_medusa_release(folder: Path, state: dict, base: str, fmt: str = "pt", **config) -> Path:

@@ -15,7 +15,7 @@ import torch
 
 from ..checks import check_device
 from ..config import TrainConfig
-from ..errors import check_range
+from ..errors import UserError, check_range
 from ..hardware import code_version, provenance
 from ..assets.models import load_model
 from ..records import check_start, content_digest, write_json
@@ -89,6 +89,11 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     a = ap.parse_args(argv)
     version = code_version()  # the code this run loaded, named in its stats (not a commit made while it trains)
     check_start(a.stats_out, a.curve_out)  # refused now, not after the training
+    # flags TrainConfig and Stopping do not see: a bad one fails now, not after the model loads
+    if a.max_steps is not None:
+        check_range("--max-steps", a.max_steps, 1)
+    if a.out.exists() and not a.out.is_dir():
+        raise UserError(f"--out {a.out} is a file; valid: a folder (made if absent) for the checkpoint and stats")
     cfg, stop = train_setup(a, warmup_frac, schedule)
     device = str(check_device(a.device))
     if check_args:
