@@ -10,7 +10,7 @@ a G-test compares their counts with the exact distribution (cells expected below
 :data:`MIN_EXPECTED` pooled; a sequence of probability 0 fails outright). Two negative
 controls show that the same test at the same ``N`` has power: a wrong acceptance rule (a draft
 token kept with probability ``p(x)`` instead of ``min(1, p(x)/q(x))``, through ``speculative``)
-and ``vanilla`` at the wrong temperature. ``tests/test_sampling_exact.py`` runs this check at
+and ``vanilla`` at the wrong temperature. ``tests/decoders/test_sampling_exact.py`` runs this check at
 a CI-sized ``N`` (``pytest -m distribution``: 10 000); this script runs it at ``--draws``
 (default 10 000) and writes one JSON record:
 

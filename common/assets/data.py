@@ -533,7 +533,7 @@ def load_dataset_samples(name: str, n: int | None = None, split: str | None = No
 
 # ---------------------------------------------------------------- ShareGPT turns (training prompts)
 # Every mined set's first EVAL_MARGIN prompts count as evaluation prompts, whatever n a profile
-# takes today (tests/test_corpus_turns.py checks every profile's n stays within it).
+# takes today (tests/training/test_corpus_turns.py checks every profile's n stays within it).
 EVAL_MARGIN = 200
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
           "bard": "assistant", "assistant": "assistant", "system": "system"}
