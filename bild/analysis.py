@@ -139,17 +139,25 @@ def chosen_setting(points: pd.DataFrame, tolerance: float = 1.0) -> tuple[str, d
     """The BiLD setting Figures 8 and 10 show: the one with roughly the large model's quality,
     Table 1's fastest without loss, else its fastest within ``tolerance`` points, else (cell
     ``closest``) the grid's best quality, the fastest of equals. Returns ``(cell, {"decoder",
-    "quality", "speedup"})``; None only without any grid setting (ablations never count)."""
+    "quality", "speedup", "agree_tokens"})``; None only without any grid setting (ablations never
+    count). The choice is the paper's, on the reference metric; ``agree_tokens`` (the share of the
+    large model's own greedy tokens the setting keeps, None where the points lack it) says whether
+    "roughly the large model's quality" also holds against its own output, which stand-in
+    references' noise cannot decide."""
     grid = points[points.decoder.str.match(LABEL.pattern) | (points.decoder == "vanilla")]
+    agree = grid.set_index("decoder").agree_tokens if "agree_tokens" in grid else None
+
+    def with_agreement(b: dict) -> dict:
+        return {**b, "agree_tokens": None if agree is None else float(agree[b["decoder"]])}
     best = best_settings(grid, tolerance)
     for cell in ("no_loss", "within"):
         if best[cell] is not None:
-            return cell, best[cell]
+            return cell, with_agreement(best[cell])
     cand = grid[grid.decoder != "vanilla"]
     if cand.empty:
         return None
     r = cand.sort_values(["quality", "speedup"], ascending=False).iloc[0]
-    return "closest", {"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)}
+    return "closest", with_agreement({"decoder": r.decoder, "quality": float(r.quality), "speedup": float(r.speedup)})
 CALM_LABEL = re.compile(r"^calm@l(?P<lam>[0-9.]+)_t(?P<tau>[0-9.]+)$")
 
 

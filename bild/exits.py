@@ -295,7 +295,7 @@ def _main(argv=None) -> None:
                            a.per_sequence, a.eval_positions)
 
     component_main("train a prediction head shared by early exits (BiLD's early exit, CALM) on a frozen model",
-                   add_args, run, (teacher.add_args, teacher.from_args), argv, lr=1e-3, batch_size=256,
+                   add_args, run, (teacher.add_args, teacher.from_args, teacher.check_args), argv, lr=1e-3, batch_size=256,
                    check_args=check_args, check_model=check_model)
 
 

@@ -169,6 +169,19 @@ def chosen_settings(sweeps: dict[tuple[str, str], list[dict]], metric_of) -> dic
     return out
 
 
+def chosen_changes_output(chosen: dict) -> str | None:
+    """The chosen settings (:func:`chosen_settings`) that change the large model's own greedy
+    output (``agree_tokens`` below 1), named with their agreement: chosen as "roughly the large
+    model's quality" on the reference metric alone. None when every chosen setting keeps it."""
+    cells = [f"{t}/{v} {best['decoder']} (agree_tokens {best['agree_tokens']:.3f})"
+             for (t, v), (cell_best, _) in chosen.items() if cell_best is not None
+             for best in [cell_best[1]] if best.get("agree_tokens") is not None and best["agree_tokens"] < 1.0]
+    if not cells:
+        return None
+    return ("chosen on the reference metric (the paper's criterion), yet changing the large model's own greedy "
+            "output: " + ", ".join(cells))
+
+
 def fig8_table(chosen: dict, sweeps: dict[tuple[str, str], list[dict]], models: list[dict], p8: dict) -> pd.DataFrame:
     """Figure 8: per (task, variant) at its chosen setting, FLOPs, MOPs and arithmetic intensity
     normalised to vanilla (:func:`bild.flops.normalized`) beside the measured speedup, and the
@@ -182,7 +195,8 @@ def fig8_table(chosen: dict, sweeps: dict[tuple[str, str], list[dict]], models: 
         cell, best = cell_best
         large, small, seq2seq = model_shapes(models, t, v)
         c = normalized(sweeps[t, v], best["decoder"], large, small, seq2seq)
-        rows.append({**row, "setting": f"{best['decoder']} ({cell})", "quality": best["quality"], "flops": c["flops"],
+        rows.append({**row, "setting": f"{best['decoder']} ({cell})", "quality": best["quality"],
+                     "agree_tokens": best.get("agree_tokens"), "flops": c["flops"],
                      "mops": c["mops"], "intensity": c["intensity"], "speedup": best["speedup"],
                      "intensity_vanilla": c["intensity_base"], "intensity_bild": c["intensity_abs"]})
     return pd.DataFrame(rows + [{"task": f"paper: {p8['dataset']} ({p8['stand_in']})", "variant": p8["variant"],
@@ -202,7 +216,9 @@ def examples_table(chosen: dict, sweeps: dict, oracles: dict, per_run: int) -> p
             continue
         cell, best = cell_best
         ex = example_table(sweeps[t, v], oracles[t, v], best["decoder"], per_run)
-        parts.append(ex.assign(task=t, variant=v, setting=f"{best['decoder']} ({cell})"))
+        kept = best.get("agree_tokens")
+        parts.append(ex.assign(task=t, variant=v, setting=f"{best['decoder']} ({cell}" + (
+            f", agree_tokens {kept:.3f})" if kept is not None else ")")))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["task", "variant", "setting"])
     return table.reindex(columns=EXAMPLE_COLS)
 

@@ -383,15 +383,22 @@ def placeholder(value) -> str | None:
     return None
 
 
+# Placeholders that name a measured result, not a trained component: the file under the results
+# root the workflow puts in their place (and waits for). A pool's ``cost`` names this host's cost
+# curve so its cut follows the machine it runs on.
+RESULT_PLACEHOLDERS = {"cost_curve": "cross/raw/cost_curve.jsonl"}
+
+
 def placeholders(value) -> list[str]:
     """Every component name ``"{name}"`` in a decoder option value, nested lists and mappings
-    included (a pool's ``sources`` name their heads inside), in order, each once."""
+    included (a pool's ``sources`` name their heads inside), in order, each once; the names of
+    :data:`RESULT_PLACEHOLDERS` are results, not components, and left out."""
     if isinstance(value, Mapping):
         found = [n for v in value.values() for n in placeholders(v)]
     elif isinstance(value, (list, tuple)):
         found = [n for v in value for n in placeholders(v)]
     else:
-        found = [placeholder(value)] if placeholder(value) else []
+        found = [placeholder(value)] if placeholder(value) not in (None, *RESULT_PLACEHOLDERS) else []
     return list(dict.fromkeys(found))
 
 

@@ -62,7 +62,7 @@ def _main(argv=None) -> None:
         return stats
 
     component_main("train FIRP's early-exit baseline: LM heads on intermediate layers", add_args, run,
-                   (teacher.add_args, teacher.from_args), argv, batch_size=256, check_args=check_args,
+                   (teacher.add_args, teacher.from_args, teacher.check_args), argv, batch_size=256, check_args=check_args,
                    check_model=check_model)
 
 

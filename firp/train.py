@@ -353,7 +353,7 @@ def _main(argv=None) -> None:
         return stats
 
     component_main("train FIRP's maps on the model's own greedy answers", add_args, run,
-                   (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-3, batch_size=1, eval_every=50,
+                   (seqtrain.add_args, seqtrain.from_args, seqtrain.check_args), argv, lr=1e-3, batch_size=1, eval_every=50,
                    check_args=check_args, check_model=check_model)
 
 

@@ -157,7 +157,7 @@ def hardware_size(acc, m: int, sizes, cost) -> dict:
 
     Args:
         sizes: candidate sizes ``n`` (verified positions).
-        cost: ``n -> T(n) / T(1)`` (:func:`common.harness.report.cost_of` over the machine's curve).
+        cost: ``n -> T(n) / T(1)`` (:func:`common.cost.cost_of` over the machine's curve).
     Returns:
         ``{"size", "tau", "cost", "speedup", "table": [{"size", "tau", "cost", "speedup"}, ...]}``.
     """

@@ -311,7 +311,7 @@ def _main(argv=None) -> None:
         return stats
 
     component_main("train prompt tokens (parallel prompt decoding) on the model's own greedy answers", add_args,
-                   run, (seqtrain.add_args, seqtrain.from_args), argv, lr=1e-2, batch_size=1, eval_every=50,
+                   run, (seqtrain.add_args, seqtrain.from_args, seqtrain.check_args), argv, lr=1e-2, batch_size=1, eval_every=50,
                    warmup_frac=0.0, schedule="cosine",
                    check_args=lambda a: (check_options(a.m, a.n, a.cuts, a.eval_seqs), extras_of(a),
                                          a.init_from is None or read_trained(a.init_from)))

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from common.assets.models import MODELS, checkpoint_dir
-from common.config import bench_decoders, group_config, labels_config
+from common.config import RESULT_PLACEHOLDERS, bench_decoders, group_config, labels_config
 from common.workflow.artifacts import missing_records
 from common.workflow.commands import (answer_set_command, bench_command, eagle_flags, head_train_flags,
                                      section_bench_command, stopping_flags, teacher_command)
@@ -130,17 +130,22 @@ COMPONENT_DIRS = {"{medusa}": "medusa", "{eagle}": "eagle", "{eagle3}": "eagle3"
 
 
 def components_of(options):
-    """The model plus every trained component some decoder options name."""
+    """The model plus every trained component (and measured result, config.RESULT_PLACEHOLDERS)
+    some decoder options name."""
     text = json.dumps(options)
     comps = [f".cache/components/{P.name}/{f}" for key, f in COMPONENT_FILES.items() if key in text]
-    return [*model_files(), *comps]
+    results = [f"{ROOT}/{f}" for name, f in RESULT_PLACEHOLDERS.items() if f"{{{name}}}" in text]
+    return [*model_files(), *comps, *results]
 
 
 def with_components(options):
-    """Decoder options as JSON, component placeholders replaced by their folders."""
+    """Decoder options as JSON, component placeholders replaced by their folders, result
+    placeholders by their files."""
     text = json.dumps(options)
     for key, folder in COMPONENT_DIRS.items():
         text = text.replace(key, f".cache/components/{P.name}/{folder}")
+    for name, f in RESULT_PLACEHOLDERS.items():
+        text = text.replace(f"{{{name}}}", f"{ROOT}/{f}")
     return text
 
 

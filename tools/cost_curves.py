@@ -2,11 +2,11 @@
 
 Rule ``cost_curve`` measures T(q) on the machine it runs on and writes one file,
 ``<results root>/cross/raw/cost_curve.jsonl``. A benchmark record is read only against a curve
-of its own hardware (``common.harness.report.cost_of``), so when the rule reruns on a new host the
+of its own hardware (``common.cost.cost_of``), so when the rule reruns on a new host the
 records of the old one would lose their limit columns, or (prompt decoding's hardware-aware
 tree size) stop rendering. ``keep`` copies each device's records of the current file to
 ``cross/raw/cost_curves/<host>.jsonl``; the artifacts read those beside the rule's own file,
-which wins for a device both hold (``common.harness.report.read_cost_curves``):
+which wins for a device both hold (``common.cost.read_cost_curves``):
 
     python tools/cost_curves.py keep          # before rerunning cost_curve on another host
     python tools/cost_curves.py list          # the curves kept, with T(8)/T(1) of each path

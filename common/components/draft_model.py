@@ -243,7 +243,7 @@ def _main(argv=None) -> None:
         return distill(model, data, a.layers, a.out, cfg, tok, stop, a.curve_out, a.labels, a.keep)
 
     component_main("distill a draft model from the target's first layers on the teacher cache", add_args, run,
-                   (teacher_cache.add_args, teacher_cache.from_args), argv, lr=5e-4, batch_size=4)
+                   (teacher_cache.add_args, teacher_cache.from_args, teacher_cache.check_args), argv, lr=5e-4, batch_size=4)
 
 
 if __name__ == "__main__":

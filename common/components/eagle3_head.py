@@ -340,11 +340,16 @@ def add_args(ap) -> None:
     ap.add_argument("--corpus-tokens", type=int, default=None, help="answer tokens of the corpus to train on (default: all)")
 
 
+def check_data_args(a) -> None:
+    """:func:`add_args`' flags, checked before the model loads."""
+    if a.corpus_tokens is not None:
+        check_range("--corpus-tokens", a.corpus_tokens, 1)
+
+
 def from_args(a, model, tokenizer) -> dict:
     """``{"train", "heldout": CorpusData, "corpus": {...}, "tokenizer_id"}`` of ``--corpus-dir``;
     a corpus of another model or tokenizer is one UserError."""
-    if a.corpus_tokens is not None:
-        check_range("--corpus-tokens", a.corpus_tokens, 1)
+    check_data_args(a)
     return load_corpus(a.corpus_dir, model, tokenizer, a.corpus_tokens)
 
 
@@ -489,7 +494,7 @@ def _main(argv=None) -> None:
         return stats
 
     component_main("train EAGLE-3's draft head (fused features, training-time test) on the corpus",
-                   add_component_args, run, (add_args, from_args), argv, lr=3e-4, batch_size=4, eval_every=200,
+                   add_component_args, run, (add_args, from_args, check_data_args), argv, lr=3e-4, batch_size=4, eval_every=200,
                    check_args=check_args, check_model=check_model)
 
 

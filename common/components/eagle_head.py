@@ -332,7 +332,7 @@ def _main(argv=None) -> None:
         return stats
 
     component_main("train EAGLE's draft head on the teacher cache", add_args, run,
-                   (teacher_cache.add_args, teacher_cache.from_args), argv, lr=3e-4, batch_size=4, eval_every=200,
+                   (teacher_cache.add_args, teacher_cache.from_args, teacher_cache.check_args), argv, lr=3e-4, batch_size=4, eval_every=200,
                    check_args=check_args)
 
 

@@ -436,7 +436,7 @@ def _main(argv=None) -> None:
         print("held-out top-1 per head:", stats["heldout_top1"])
         return stats
 
-    component_main("train Medusa-1 heads on the teacher cache", add_args, run, (teacher_cache.add_args, teacher_cache.from_args),
+    component_main("train Medusa-1 heads on the teacher cache", add_args, run, (teacher_cache.add_args, teacher_cache.from_args, teacher_cache.check_args),
                    argv, batch_size=256)
 
 

@@ -34,7 +34,8 @@ prefix of that order is a connected subtree); with ``E(q) = 1 + the q - 1 best s
 expected tokens of verifying ``q`` positions (root included), the step keeps the ``q`` that
 maximises ``E(q) / cost(q)``, ``q <= total``. ``cost``: seconds per verified size (a list, entry
 ``i`` for ``i + 1`` positions), or a cost-curve record (``python -m common.harness.cost_curve``:
-its ``fast`` forward path, interpolated between measured sizes), read once at construction;
+this host's ``fast`` forward path, interpolated between measured sizes by :func:`common.cost.cost_of`;
+the workflow passes ``"{cost_curve}"``, the rule ``cost_curve``'s file), read once at construction;
 default flat up to ``total`` (every step verifies ``total`` positions when it has them).
 
 Greedy acceptance: exactly vanilla's tokens; at temperature > 0 ``target_sampling`` (exact for any
@@ -52,8 +53,9 @@ from typing import Callable
 
 import torch
 
+from ..cost import cost_of, merge_curves
 from ..errors import UserError
-from ..records import read_jsonl
+from ..hardware import describe
 from .base import Option
 from .eagle import Eagle
 from .hf import PromptLookup
@@ -250,9 +252,12 @@ def best_size(scores: list[float], cost: list[float]) -> int:
     return best_q
 
 
-def read_cost(value, total: int) -> list[float]:
-    """Seconds per verified size ``1..total`` from the ``cost`` option (see the module docstring);
-    a curve that stops short of ``total`` caps the size at its last measured one."""
+def read_cost(value, total: int, device) -> list[float]:
+    """``T(q) / T(1)`` per verified size ``q = 1..total`` from the ``cost`` option (see the module
+    docstring; only ratios matter to :func:`best_size`). A cost-curve file is read with the curves
+    kept beside it (``cost_curves/*.jsonl``) and this host's curve taken (``hardware.describe``):
+    another host's curve is an error, never applied; a curve that stops short of ``total`` caps
+    the size at its last measured one."""
     if value is None:
         return [1.0] * total
     if isinstance(value, list):
@@ -260,17 +265,24 @@ def read_cost(value, total: int) -> list[float]:
             raise UserError(f"pool cost={value!r} is invalid; valid: seconds per verified size 1, 2, .. (positive "
                             "numbers), or a cost-curve record (python -m common.harness.cost_curve)")
         return [float(v) for v in value[:total]]
-    rows = read_jsonl(Path(value), "write it with python -m common.harness.cost_curve")
-    fast = [r for r in rows if r.get("forward_path", "fast") == "fast" and "q" in r and "ms" in r]
-    points = sorted((int(r["q"]), float(r["ms"])) for r in fast)
-    if not points or points[0][0] != 1:
-        raise UserError(f"pool cost={str(value)!r} holds no fast-path curve from q=1; valid: a record of "
-                        "python -m common.harness.cost_curve")
-    out = []
-    for q in range(1, min(total, points[-1][0]) + 1):
-        (q0, t0), (q1, t1) = max((p for p in points if p[0] <= q)), min((p for p in points if p[0] >= q))
-        out.append(t0 if q1 == q0 else t0 + (t1 - t0) * (q - q0) / (q1 - q0))
-    return out
+    path = Path(value)
+    if not path.is_file():
+        raise UserError(f"pool cost={str(value)!r} is not a file; valid: a cost-curve record (python -m "
+                        "common.harness.cost_curve --out FILE), or a list of seconds per verified size")
+    curve = merge_curves([path, *sorted((path.parent / "cost_curves").glob("*.jsonl"))])
+    host = describe(str(device)) if any("device" in r for r in curve) else None
+    fast = [r for r in curve if r.get("forward_path", "stock") == "fast" and r.get("device") == host]
+    if not fast:
+        hosts = sorted({str(r.get("device")) for r in curve})
+        raise UserError(f"pool cost={str(value)!r} holds no fast-path curve measured on {host or 'one host'} "
+                        f"(it has {', '.join(hosts) or 'no records'}); valid: a curve measured here, "
+                        "python -m common.harness.cost_curve --out FILE on this machine")
+    try:
+        ratio = cost_of(fast, "fast")
+    except ValueError as e:
+        raise UserError(f"pool cost={str(value)!r}: {e}; valid: a record of python -m common.harness.cost_curve") from None
+    last = max(int(r["q"]) for r in fast)
+    return [ratio(q) for q in range(1, min(total, last) + 1)]
 
 
 class PoolProposer(Proposer):
@@ -397,7 +409,7 @@ class Pool(TreeDecoder):
                             f"{', '.join(SOURCES)}")
         self.factories = {s["name"]: (SOURCES[s["name"]], SOURCES[s["name"]].build(
             model, tokenizer, {k: v for k, v in s.items() if k != "name"})) for s in self.cfg["sources"]}
-        self.cost = read_cost(self.cfg["cost"], self.cfg["total"])
+        self.cost = read_cost(self.cfg["cost"], self.cfg["total"], self.device)
         self.calibration = Calibration(tuple(self.cfg["prior"]))
 
     def make_proposer(self, input_ids):

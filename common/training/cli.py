@@ -73,15 +73,16 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
     Args:
         add_component_args: ``(parser) -> None`` adds the component's own flags.
         train_fn: ``(args, model, tokenizer, data, TrainConfig, Stopping) -> stats``.
-        data: ``(add_args, from_args)`` of the data source: :mod:`common.training.teacher`'s cache
-            (components read off final hidden states) or :mod:`common.training.seqtrain`'s greedy
-            sequences (components that run inside the forward).
+        data: ``(add_args, from_args)`` or ``(add_args, from_args, check_args)`` of the data
+            source: :mod:`common.training.teacher`'s cache (components read off final hidden
+            states) or :mod:`common.training.seqtrain`'s greedy sequences (components that run
+            inside the forward); its ``check_args(args)`` runs before the model loads.
         check_args: ``(args) -> None`` validates the component's own flags before anything is
             loaded (a bad value fails in a second, not after the corpus is built).
         check_model: ``(args, model) -> None`` validates them against the loaded model, still
             before the training data is built.
     """
-    add_data_args, load_data = data
+    add_data_args, load_data, *check_data = data
     ap = argparse.ArgumentParser(description=description)
     add_train_args(ap, lr=lr, batch_size=batch_size, eval_every=eval_every)
     add_data_args(ap)
@@ -96,8 +97,9 @@ def component_main(description: str, add_component_args, train_fn, data, argv=No
         raise UserError(f"--out {a.out} is a file; valid: a folder (made if absent) for the checkpoint and stats")
     cfg, stop = train_setup(a, warmup_frac, schedule)
     device = str(check_device(a.device))
-    if check_args:
-        check_args(a)
+    for check in (*check_data, check_args):
+        if check:
+            check(a)
     model, tok = load_model(a.model, device=device)
     for p in model.parameters():
         p.requires_grad_(False)

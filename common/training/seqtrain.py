@@ -89,6 +89,19 @@ def add_args(ap) -> None:
     ap.add_argument("--max-prompt-tokens", type=int, default=96, help="training prompts are cut to this")
 
 
+def check_args(a) -> None:
+    """The cheap checks of :func:`add_args`' flags, run before the model loads (and again by
+    :func:`from_args`, for callers that load it first)."""
+    if a.corpus_dir is not None:
+        if a.corpus_tokens is not None:
+            check_range("--corpus-tokens", a.corpus_tokens, 1)
+    elif a.corpus is None or a.heldout_corpus is None:
+        raise UserError("the training sequences need --corpus-dir (the sharded corpus) or both --corpus and "
+                        "--heldout-corpus (greedy corpus caches)")
+    for name in ("prompts", "heldout_prompts", "answer_tokens", "max_prompt_tokens"):
+        check_range(f"--{name.replace('_', '-')}", getattr(a, name), 1)
+
+
 def corpus_sequences(corpus_dir: Path, model, tokens: int | None, max_prompt_tokens: int | None) -> dict:
     """``{"train", "heldout"}`` greedy sequences of the sharded corpus: the training shards up to
     ``tokens`` answer tokens (prompts cut to their last ``max_prompt_tokens``), and its held-out
@@ -106,16 +119,11 @@ def from_args(a, model, tokenizer) -> dict:
     corpus (:func:`corpus_sequences`); otherwise the held-out greedy corpus (the first
     ``heldout_prompts`` ShareGPT prompts, shared with the teacher cache) and the training one
     (the next ``prompts``), each built once and cached."""
+    check_args(a)
     if a.corpus_dir is not None:
-        if a.corpus_tokens is not None:
-            check_range("--corpus-tokens", a.corpus_tokens, 1)
         raw = corpus_sequences(a.corpus_dir, model, a.corpus_tokens, a.max_prompt_tokens)
         held, train, source = raw["heldout"], raw["train"], a.corpus_dir
     else:
-        if a.corpus is None or a.heldout_corpus is None:
-            raise UserError("the training sequences need --corpus-dir (the sharded corpus) or both --corpus and "
-                            "--heldout-corpus (greedy corpus caches)")
-        check_range("--prompts", a.prompts, 1)
         held = corpus_mod.load_or_build_set(a.heldout_corpus, model, tokenizer, n_prompts=a.heldout_prompts,
                                          max_new_tokens=a.answer_tokens)
         train = corpus_mod.load_or_build_set(a.corpus, model, tokenizer, n_prompts=a.prompts, max_new_tokens=a.answer_tokens,

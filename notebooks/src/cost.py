@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.harness.render import Render
-from common.harness.report import cost_curve_paths, read_cost_curves
+from common.cost import cost_curve_paths, read_cost_curves
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 # the rule's curve (the host it last ran on) and those kept from earlier hosts (tools/cost_curves.py keep)

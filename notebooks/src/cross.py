@@ -25,7 +25,8 @@ from common.workflow.artifacts import cross_joins
 from common.records import read_jsonl
 from common.harness.cross_tables import cross_rows
 from common.harness.render import Render
-from common.harness.report import check_decoders, check_settings, provenance, read_cost_curves
+from common.cost import read_cost_curves
+from common.harness.report import check_decoders, check_settings, provenance
 
 # each group's speedups are against its own vanilla, in runs without an A/A pair: no noise line
 R = Render(artifact_id, results_root, package, profile, inputs, noise=False)

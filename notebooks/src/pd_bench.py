@@ -20,7 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from common.harness.render import Render, paper_numbers
-from common.harness.report import cost_of, provenance, read_cost_curves
+from common.cost import cost_of, read_cost_curves
+from common.harness.report import provenance
 from prompt_decoding.sparse_tree import best_split, hardware_size
 from prompt_decoding.tables import (PAPER_FIG4, beside_paper_7b, comparison_table, cost_table, hardware_label,
                                     measured_sizes, memory_table, paper_methods, paper_table1, pd_sizes, speed_table,

@@ -26,9 +26,9 @@ from common.workflow.artifacts import study_section
 from common.records import read_jsonl
 from common.harness.cross_tables import fastest_lines, per_category
 from common.harness.render import Render
-from common.harness.report import (check_decoders, components_line, cost_of, curve_fits, extra_memory, host_curve,
-                                   limits, noise_line, provenance, read_cost_curves, stats_match, step_positions,
-                                   summarize)
+from common.cost import cost_of, curve_fits, host_curve, read_cost_curves
+from common.harness.report import (check_decoders, components_line, extra_memory, limits, noise_line, provenance,
+                                   stats_match, step_positions, summarize)
 from common.harness.specbench import category_of, export
 
 R = Render(artifact_id, results_root, package, profile, inputs)

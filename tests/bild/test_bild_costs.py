@@ -158,11 +158,19 @@ def test_chosen_setting_and_oracle_match():
 
     pts = pd.DataFrame({"decoder": ["vanilla", "bild@fb0.5_rb2", "bild@fb0.2_rb6", "bild@fb0.5_norb"],
                         "quality": [30.0, 30.5, 29.5, 40.0], "speedup": [1.0, 1.3, 1.8, 3.0]})
-    assert chosen_setting(pts) == ("no_loss", {"decoder": "bild@fb0.5_rb2", "quality": 30.5, "speedup": 1.3})
+    assert chosen_setting(pts) == ("no_loss", {"decoder": "bild@fb0.5_rb2", "quality": 30.5, "speedup": 1.3,
+                                               "agree_tokens": None})
+    # the choice stays the paper's (reference metric); the agreement with the large model's output rides along
+    agree = pts.assign(agree_tokens=[1.0, 0.9, 1.0, 1.0])
+    assert chosen_setting(agree)[1] == {"decoder": "bild@fb0.5_rb2", "quality": 30.5, "speedup": 1.3, "agree_tokens": 0.9}
+    from bild.tables import chosen_changes_output
+    note = chosen_changes_output({("summarize", "aligned"): (chosen_setting(agree), 30.0)})
+    assert "summarize/aligned bild@fb0.5_rb2 (agree_tokens 0.900)" in note
+    assert chosen_changes_output({("summarize", "aligned"): (chosen_setting(agree.assign(agree_tokens=1.0)), 30.0)}) is None
     assert chosen_setting(pts.assign(quality=[30.0, 29.0, 29.5, 40.0]))[1]["decoder"] == "bild@fb0.2_rb6"
     # none within a point: the grid's best quality (ablations never count)
     assert chosen_setting(pts.assign(quality=[30.0, 20.0, 21.0, 40.0])) == \
-        ("closest", {"decoder": "bild@fb0.2_rb6", "quality": 21.0, "speedup": 1.8})
+        ("closest", {"decoder": "bild@fb0.2_rb6", "quality": 21.0, "speedup": 1.8, "agree_tokens": None})
     assert chosen_setting(pts[pts.decoder.isin(["vanilla", "bild@fb0.5_norb"])]) is None
     o = pd.DataFrame({"setting": ["small", "oracle", "oracle", "large"], "quality": [10.0, 19.0, 21.0, 20.0],
                       "engaged": [0.0, 0.1, 0.25, 1.0]})

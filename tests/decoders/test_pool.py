@@ -13,6 +13,7 @@ from common.decoders.pool import (SOURCES, Calibration, NgramProposer, PoolPropo
                                   length_bin, read_cost, trie_proposal)
 from common.decoders.tree_loop import ProposerState, StepResult
 from common.errors import UserError, cli_main
+from common.hardware import describe
 
 VALID = "valid source kinds: eagle, suffix, recycling, prompt_lookup"
 
@@ -129,22 +130,42 @@ def test_calibration_backs_off_to_the_depth_rate():
 
 
 def test_cost_from_a_list_or_a_cost_curve(tmp_path):
-    assert read_cost(None, 4) == [1.0] * 4
-    assert read_cost([1, 2, 3], 2) == [1.0, 2.0]
+    assert read_cost(None, 4, "cpu") == [1.0] * 4
+    assert read_cost([1, 2, 3], 2, "cpu") == [1.0, 2.0]
     curve = tmp_path / "c.jsonl"
     curve.write_text("".join(json.dumps(r) + "\n" for r in [
         {"q": 1, "ms": 10.0, "forward_path": "fast"}, {"q": 4, "ms": 16.0, "forward_path": "fast"},
         {"q": 1, "ms": 99.0, "forward_path": "stock"}, {"q": 8, "ms": 24.0, "forward_path": "fast"}]))
-    assert read_cost(str(curve), 6) == pytest.approx([10, 12, 14, 16, 18, 20])
-    assert len(read_cost(str(curve), 20)) == 8   # no size beyond the curve's last measured one
+    # T(q) / T(1), interpolated between measured sizes (the cut reads ratios only)
+    assert read_cost(str(curve), 6, "cpu") == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8, 2.0])
+    assert len(read_cost(str(curve), 20, "cpu")) == 8   # no size beyond the curve's last measured one
     for bad in ([], [1.0, 0.0], [True], ["1"]):
         with pytest.raises(UserError, match="seconds per verified size"):
-            read_cost(bad, 4)
-    curve.write_text('{"q": 2, "ms": 3.0}\n')
-    with pytest.raises(UserError, match="no fast-path curve from q=1"):
-        read_cost(str(curve), 4)
-    with pytest.raises(UserError):
-        read_cost(str(tmp_path / "missing.jsonl"), 4)
+            read_cost(bad, 4, "cpu")
+    curve.write_text('{"q": 2, "ms": 3.0, "forward_path": "fast"}\n')
+    with pytest.raises(UserError, match="no q=1 record"):
+        read_cost(str(curve), 4, "cpu")
+    with pytest.raises(UserError, match="not a file"):
+        read_cost(str(tmp_path / "missing.jsonl"), 4, "cpu")
+
+
+def test_cost_curve_of_this_host_only(tmp_path):
+    """A curve names its host: this host's is read (from the file, else from the copies kept beside
+    it), another host's never."""
+    here = describe("cpu")
+
+    def write(path, device, slope):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"q": q, "ms": 10.0 + slope * (q - 1), "forward_path": "fast",
+                                            "device": device}) + "\n" for q in (1, 2, 4)))
+    main = tmp_path / "cost_curve.jsonl"
+    write(main, "cpu: elsewhere", 10.0)
+    with pytest.raises(UserError, match="measured on .*elsewhere"):
+        read_cost(str(main), 4, "cpu")
+    write(tmp_path / "cost_curves" / "here.jsonl", here, 1.0)
+    assert read_cost(str(main), 4, "cpu") == pytest.approx([1.0, 1.1, 1.2, 1.3])
+    write(main, here, 5.0)   # the rule's latest measurement wins over a kept copy of the same host
+    assert read_cost(str(main), 2, "cpu") == pytest.approx([1.0, 1.5])
 
 
 def test_ngram_source_is_prompt_lookup():

@@ -44,7 +44,8 @@ CURVE = [{**r, "device": "cpu: A"} for r in CURVE]
 
 
 def test_limit_columns_by_hand():
-    from common.harness.report import cost_of, limits
+    from common.cost import cost_of
+    from common.harness.report import limits
 
     ratio = cost_of(CURVE)
     assert ratio(1) == 1.0 and ratio(4) == 1.0 and ratio(10) == pytest.approx(1.3) and ratio(28) == pytest.approx(2.2)
@@ -63,7 +64,8 @@ def test_limit_columns_by_hand():
 
 
 def test_limits_refuse_mixed_forward_paths_and_a_curve_without_q1():
-    from common.harness.report import cost_of, limits
+    from common.cost import cost_of
+    from common.harness.report import limits
 
     recs = [_rec("vanilla", "a", 4, 4, 1.0), _rec("tree", "a", 4, 2, 0.5, proposed=[0, 3], path="stock")]
     with pytest.raises(ValueError, match="forward paths"):
@@ -75,7 +77,8 @@ def test_limits_refuse_mixed_forward_paths_and_a_curve_without_q1():
 def test_a_curve_of_other_hardware_claims_no_limit():
     """T(q) is the machine's own: records of another device get blank limit columns, and a
     hardware-aware choice that asks for that device's curve is refused."""
-    from common.harness.report import cost_of, limits
+    from common.cost import cost_of
+    from common.harness.report import limits
 
     recs = [_rec("vanilla", "a", 12, 12, 1.2, device="cpu: B"),
             _rec("tree", "a", 12, 4, 0.6, proposed=[0, 15, 15, 3], device="cpu: B")]
@@ -147,7 +150,8 @@ def test_one_curve_per_host_each_record_read_against_its_own(tmp_path):
     """Several hosts' curves in one list: every limit and cost reads only its own device's
     points (host B's flat curve would give the tree another step cost), a device-less lookup is
     refused, and the rule's latest file wins over a kept copy of the same host."""
-    from common.harness.report import cost_curve_paths, cost_of, limits, read_cost_curves
+    from common.cost import cost_curve_paths, cost_of, read_cost_curves
+    from common.harness.report import limits
 
     curve_b = [{"q": 1, "ms": 10.0, "forward_path": "fast", "device": "cpu: B"},
                {"q": 16, "ms": 10.0, "forward_path": "fast", "device": "cpu: B"}]

@@ -335,6 +335,26 @@ def test_bad_trainer_options_fail_before_anything_is_loaded(monkeypatch, tmp_pat
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("trainer, flags, says", [
+    # the data source's own flags (common.training.seqtrain / teacher / the EAGLE-3 corpus), checked by
+    # component_main before the model loads, as the component's flags are
+    ("firp.train", ["--corpus", "c.pt", "--heldout-corpus", "h.pt", "--prompts", "0"], "--prompts"),
+    ("prompt_decoding.train", ["--corpus-dir", "nowhere", "--corpus-tokens", "0"], "--corpus-tokens"),
+    ("firp.train", ["--corpus", "c.pt"], "--corpus-dir .* or both --corpus and --heldout-corpus"),
+    ("common.components.eagle_head", ["--teacher", "t.pt"], "--heldout-corpus .* or --corpus-dir"),
+    ("common.components.medusa_heads", ["--teacher", "t.pt", "--heldout-corpus", "h.pt", "--topk", "0"], "--topk"),
+    ("common.components.eagle_head", ["--teacher", "t.pt", "--corpus-dir", "nowhere", "--corpus-tokens", "0"],
+     "--corpus-tokens"),
+    ("common.components.eagle3_head", ["--corpus-dir", "nowhere", "--corpus-tokens", "0"], "--corpus-tokens"),
+])
+def test_bad_data_flags_fail_before_the_model_loads(monkeypatch, tmp_path, trainer, flags, says):
+    import importlib
+    _refuse_loading(monkeypatch)
+    with pytest.raises(UserError, match=says):
+        importlib.import_module(trainer)._main(["--model", "m", "--out", str(tmp_path / "out"), *flags])
+    assert not any(tmp_path.iterdir())
+
+
 def test_firp_layers_beyond_the_model_fail_before_the_corpus_is_built(monkeypatch, tmp_path):
     from common.assets.models import tiny_llama
     from firp.train import _main
