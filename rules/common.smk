@@ -5,7 +5,7 @@ from pathlib import Path
 
 from common.assets.models import MODELS, checkpoint_dir
 from common.config import RESULT_PLACEHOLDERS, bench_decoders, group_config, labels_config
-from common.workflow.artifacts import missing_records
+from common.workflow.artifacts import eagle3_recipes, missing_records
 from common.workflow.commands import (answer_set_command, bench_command, eagle_flags, head_train_flags,
                                      section_bench_command, stopping_flags, teacher_command)
 from common.workflow.resources import rule_resources as _rule_resources
@@ -127,6 +127,10 @@ COMPONENT_DIRS = {"{medusa}": "medusa", "{eagle}": "eagle", "{eagle3}": "eagle3"
                   "{firp}": "firp_maps/main", "{bild_small_aligned}": "bild_small_aligned/model",
                   "{rest_datastore}": "rest_datastore", "{medusa_released}": "medusa_released",
                   "{prompt_tokens_released}": "prompt_tokens_released"}
+# EAGLE-3's ablation heads (components.eagle3_variants), each its own component
+for _name in eagle3_recipes(P):
+    COMPONENT_FILES.setdefault(f"{{{_name}}}", f"{_name}/head.pt")
+    COMPONENT_DIRS.setdefault(f"{{{_name}}}", _name)
 
 
 def components_of(options):
@@ -231,14 +235,17 @@ def teacher_flags(c, t, heldout=None):
             f" --max-len {t['max_len']} --max-prompt-tokens {t['max_prompt_tokens']} --topk {t['topk']}")
 
 
-def corpus_inputs(wildcards):
-    """The converted model, where the corpus is still to be made. The corpus is committed
-    (results/corpus/), and a fresh clone converts the model after its checkout: a job that makes
-    an input replans its consumers whatever ancient() says ("updated by another job"), so a plan
-    that converts the model would replan hours of generation. A corpus of another model or recipe
-    is refused by the shards' manifest (common.training.corpus), not by file times; a forced rerun in a
-    clone without the converted model is one error line naming rule prepare."""
-    return [] if Path(f"{ROOT}/corpus/{P.name}/stats.json").is_file() else ancient(model_files())
+def corpus_inputs(folder):
+    """The inputs of the corpus rule writing ``folder``: the converted model, where the corpus is
+    still to be made. The corpus is committed (results/corpus/), and a fresh clone converts the
+    model after its checkout: a job that makes an input replans its consumers whatever ancient()
+    says ("updated by another job"), so a plan that converts the model would replan hours of
+    generation. A corpus of another model or recipe is refused by the shards' manifest
+    (common.training.corpus), not by file times; a forced rerun in a clone without the converted
+    model is one error line naming rule prepare."""
+    def inputs(wildcards):
+        return [] if Path(f"{folder}/stats.json").is_file() else ancient(model_files())
+    return inputs
 
 
 def teacher_inputs(t):

@@ -6,7 +6,8 @@
 # are copied under results/ for the notebooks.
 from common.components.medusa_heads import TREE_SIZES
 from common.components.eagle_head import TREE_SIZES as EAGLE_TREE_SIZES
-from common.workflow.commands import eagle3_flags
+from common.workflow.artifacts import CORPORA, corpus_folder, eagle3_recipes
+from common.workflow.commands import corpus_command, corpus_flags, eagle3_flags
 
 COMP = f".cache/components/{P.name}"
 C = P.raw["components"]
@@ -180,28 +181,29 @@ if RELEASED.get("prompt_tokens"):
             " --out {params.out} --dtype {params.dt} --device {params.dev} > {log} 2>&1"
 
 
-# The sharded self-distillation corpus (common.training.corpus): the model's own greedy answers, resumable
-# by shard; the embedded profile's shards are committed under results/corpus/. The rule's output
-# is the summary, not the manifest, so a rerun never deletes what it resumes from. Its input is
-# the converted model only while the corpus is still to be made (corpus_inputs: a fresh clone's
-# conversion never replans the committed corpus).
-CORPUS = f"{ROOT}/corpus/{P.name}"
+# The sharded self-distillation corpora (common.training.corpus): the model's own greedy answers, resumable
+# by shard; the embedded profile's shards are committed under results/corpus/. corpus_shards answers ShareGPT
+# first turns (what the components trained on so far); corpus_turns every human turn with its conversation
+# so far, longer answers (issue #78's larger corpus, what EAGLE-3 trains on). A rule's output is the summary,
+# not the manifest, so a rerun never deletes what it resumes from. Its input is the converted model only
+# while the corpus is still to be made (corpus_inputs: a fresh clone's conversion never replans it).
+CORPUS = f"{ROOT}/{corpus_folder(P, 'shards')}"
 
-
-rule corpus_shards:
-    input: corpus_inputs
-    output: stats=f"{CORPUS}/stats.json"
-    conda: "../env.yml"
-    log: f"{LOGS}/corpus_shards.log"
-    benchmark: f"{BENCH}/corpus_shards.tsv"
-    threads: rule_threads("corpus_shards")
-    resources: **rule_resources("corpus_shards")
-    params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, c=C["corpus_shards"], out=parent_of_stats
-    shell:
-        "{params.env} {params.py} -m common.training.corpus --model {params.m} --out {params.out} --tokens {params.c[tokens]}"
-        " --heldout {params.c[heldout]} --shard-prompts {params.c[shard_prompts]} --answer-tokens {params.c[answer_tokens]}"
-        " --max-prompt-tokens {params.c[max_prompt_tokens]} --batch-size {params.c[batch_size]}"
-        " --gen-dtype {params.c[gen_dtype]} --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1"
+for _rule, _folder in CORPORA.values():
+    if _rule not in C:
+        continue
+    _folder = f"{ROOT}/{_folder.format(profile=P.name)}"
+    rule:
+        name: _rule
+        input: corpus_inputs(_folder)
+        output: stats=f"{_folder}/stats.json"
+        conda: "../env.yml"
+        log: f"{LOGS}/{_rule}.log"
+        benchmark: f"{BENCH}/{_rule}.tsv"
+        threads: rule_threads(_rule)
+        resources: **rule_resources(_rule)
+        params: env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, flags=corpus_flags(C[_rule]), out=parent_of_stats
+        shell: corpus_command()
 
 
 rule train_eagle:
@@ -226,26 +228,29 @@ rule train_eagle:
         " --device {params.dev} --threads {params.t} > {log} 2>&1"
 
 
-# EAGLE-3's head (common.components.eagle3_head) reads the sharded corpus itself, not a teacher
+# EAGLE-3's heads (common.components.eagle3_head) read a sharded corpus themselves, not a teacher
 # cache: each batch runs the frozen model for its fused layers' inputs (three layers' features of
-# the whole corpus would take 17-35 GB). Trained until its held-out curve flattens, its step cap
-# or its wall budget (components.eagle3); resumable from its checkpoint.
-if "eagle3" in C:
-    rule train_eagle3:
-        input: model_files(), corpus=f"{CORPUS}/stats.json"
+# the whole corpus would take 17-35 GB). Each is trained until its held-out curve flattens, its step
+# cap or its wall budget; resumable from its checkpoint. eagle3 and the ablation's variants
+# (components.eagle3_variants: eagle3_recipes), each its own component "{name}".
+for _name, _recipe in eagle3_recipes(P).items():
+    rule:
+        name: f"train_{_name}"
+        input: model_files(), corpus=f"{ROOT}/{corpus_folder(P, _recipe['corpus'])}/stats.json"
         output:
-            head=f"{COMP}/eagle3/head.pt",
-            trees=[f"{COMP}/eagle3/tree_{n}.json" for n in EAGLE_TREE_SIZES],
-            stats=f"{ROOT}/cross/raw/eagle3_stats.json",
-            curve=f"{ROOT}/cross/raw/eagle3_curve.jsonl",
+            head=f"{COMP}/{_name}/head.pt",
+            trees=[f"{COMP}/{_name}/tree_{n}.json" for n in EAGLE_TREE_SIZES],
+            stats=f"{ROOT}/cross/raw/{_name}_stats.json",
+            curve=f"{ROOT}/cross/raw/{_name}_curve.jsonl",
         conda: "../env.yml"
-        log: f"{LOGS}/train_eagle3.log"
-        benchmark: f"{BENCH}/train_eagle3.tsv"
+        log: f"{LOGS}/train_{_name}.log"
+        benchmark: f"{BENCH}/train_{_name}.tsv"
+        # every variant is the same kind of job: train_eagle3's resource class and overrides
         threads: rule_threads("train_eagle3")
         resources: **rule_resources("train_eagle3")
         params:
             env=ENV, py=PY, m=P.model, t=P.threads, dev=P.device, out=parent_of_head, corpus=corpus_of,
-            flags=eagle3_flags(C["eagle3"]),
+            flags=eagle3_flags(_recipe),
         shell:
             "{params.env} {params.py} -m common.components.eagle3_head --model {params.m} --corpus-dir {params.corpus}"
             " --out {params.out} {params.flags} --stats-out {output.stats} --curve-out {output.curve}"

@@ -24,6 +24,36 @@ from ..errors import UserError, unknown
 
 # Trained components a decoder option may name, and the statistics file each training writes.
 COMPONENTS = ("medusa", "draft", "eagle", "eagle3")
+# The sharded corpora (rules corpus_shards, corpus_turns) by the name a recipe's ``corpus`` gives them,
+# and their folders under the results root (``<name>`` the profile's).
+CORPORA = {"shards": ("corpus_shards", "corpus/{profile}"), "turns": ("corpus_turns", "corpus/{profile}-turns")}
+
+
+def corpus_folder(profile: Profile, corpus: str) -> str:
+    """The results-root-relative folder of the sharded corpus ``corpus`` (a key of :data:`CORPORA`)."""
+    if corpus not in CORPORA:
+        raise UserError(f"corpus {corpus!r} is unknown; valid: {', '.join(CORPORA)}")
+    rule, folder = CORPORA[corpus]
+    if rule not in profile.raw["components"]:
+        raise UserError(f"profile {profile.name!r} names corpus {corpus!r} but has no components.{rule}; "
+                        f"valid: add components.{rule}, or train on another corpus")
+    return folder.format(profile=profile.name)
+
+
+def eagle3_recipes(profile: Profile) -> dict[str, dict]:
+    """Every EAGLE-3 head the profile trains, name -> recipe: ``eagle3`` (``components.eagle3``)
+    and each of ``components.eagle3_variants`` (that recipe with the variant's changes: the
+    ablation's heads, each its own component ``"{name}"``). ``corpus`` defaults to ``shards``."""
+    c = profile.raw["components"]
+    if "eagle3" not in c:
+        return {}
+    base = {"corpus": "shards", **c["eagle3"]}
+    return {"eagle3": base, **{name: {**base, **v} for name, v in (c.get("eagle3_variants") or {}).items()}}
+
+
+def component_names(profile: Profile) -> tuple[str, ...]:
+    """:data:`COMPONENTS` and the profile's EAGLE-3 variants, in that order."""
+    return (*COMPONENTS, *(n for n in eagle3_recipes(profile) if n not in COMPONENTS))
 
 
 def load_artifacts() -> dict:
@@ -33,10 +63,10 @@ def load_artifacts() -> dict:
 
 def cross_components(profile: Profile) -> list[str]:
     """The trained components (``medusa``, ``draft``, ...) that some benchmark group's options
-    name (a ``"{name}"`` value, nested ones included), in :data:`COMPONENTS` order."""
+    name (a ``"{name}"`` value, nested ones included), in :func:`component_names` order."""
     named = {n for g in profile.cross.groups for opts in group_config(profile, g).values()
              for n in placeholders(opts)}
-    return [c for c in COMPONENTS if c in named]
+    return [c for c in component_names(profile) if c in named]
 
 
 def cross_joins(profile: Profile) -> dict[str, dict]:

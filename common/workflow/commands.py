@@ -1,7 +1,8 @@
 """Command lines and flags several rules share, written once: the benchmark command of every
 timing rule (:func:`bench_command`), the teacher cache's (:func:`teacher_command`), the small
 answer sets' (:func:`answer_set_command`) and the trainers' flags built from a recipe of the
-config (:func:`stopping_flags`, :func:`head_train_flags`, :func:`eagle_flags`).
+config (:func:`stopping_flags`, :func:`head_train_flags`, :func:`eagle_flags`, :func:`eagle3_flags`,
+:func:`corpus_flags`).
 
 A command is a Snakemake shell template: ``{params.x}``, ``{wildcards.x}``, ``{input}``,
 ``{output}`` and ``{log}`` are filled per job, so a rule passes the params its template names.
@@ -90,4 +91,26 @@ def eagle3_flags(c: Mapping) -> str:
         flags.append("--layers " + ",".join(str(l) for l in c["layers"]))
     if c.get("corpus_tokens"):
         flags.append(f"--corpus-tokens {c['corpus_tokens']}")
+    return " ".join(flags)
+
+
+def corpus_command() -> str:
+    """``python -m common.training.corpus`` of a sharded corpus rule (corpus_shards, corpus_turns):
+    the recipe's flags ``{params.flags}`` (:func:`corpus_flags`), the folder ``{params.out}``, the
+    summary ``{output.stats}``; resumable by shard."""
+    return ("{params.env} {params.py} -m common.training.corpus --model {params.m} --out {params.out} {params.flags}"
+            " --stats-out {output.stats} --device {params.dev} --threads {params.t} > {log} 2>&1")
+
+
+def corpus_flags(c: Mapping) -> str:
+    """``common.training.corpus`` flags of a sharded corpus's recipe (``components.corpus_shards`` or
+    ``components.corpus_turns``); ``dataset`` and ``heldout_answer_tokens`` only where set (the
+    builder's defaults: ShareGPT first turns, the held-out answers as long as the others)."""
+    flags = [f"--tokens {c['tokens']} --heldout {c['heldout']} --shard-prompts {c['shard_prompts']}",
+             f"--answer-tokens {c['answer_tokens']} --max-prompt-tokens {c['max_prompt_tokens']}",
+             f"--batch-size {c['batch_size']} --gen-dtype {c['gen_dtype']}"]
+    if c.get("dataset"):
+        flags.append(f"--dataset {c['dataset']}")
+    if c.get("heldout_answer_tokens"):
+        flags.append(f"--heldout-answer-tokens {c['heldout_answer_tokens']}")
     return " ".join(flags)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.workflow.commands import answer_set_command, teacher_command
+from common.workflow.commands import answer_set_command, corpus_command, corpus_flags, teacher_command
 
 
 class Loaded(Exception):
@@ -66,3 +66,28 @@ def test_the_answer_set_command_parses_as_the_corpus_reads_it(tmp_path, monkeypa
 def test_a_chained_answer_set_command_leaves_the_log_to_its_rule():
     one = answer_set_command("{output}", "{params.c[prompts]}", log=False)
     assert "{log}" not in one and answer_set_command("{output}", "3").endswith(" > {log} 2>&1")
+
+
+@pytest.mark.parametrize("profile, rule", [("embedded", "corpus_shards"), ("embedded", "corpus_turns"),
+                                           ("smoke", "corpus_turns")])
+def test_the_corpus_command_parses_as_the_builder_reads_it(tmp_path, monkeypatch, profile, rule):
+    """Each sharded corpus's recipe reaches the builder whole: its dataset and answer caps too."""
+    from common.assets import models
+    from common.config import load_profile
+    from common.training import corpus
+
+    recipe = load_profile(profile=profile).raw["components"][rule]
+
+    def load(name, **kw):
+        raise Loaded
+    monkeypatch.setattr(models, "load_model", load)
+    words = argv(corpus_command(), tmp_path, flags=corpus_flags(recipe), out=str(tmp_path / "c"))
+    assert words[0] == "common.training.corpus"
+    parsed = dict(zip(words[1::2], words[2::2]))
+    assert parsed.get("--dataset") == recipe.get("dataset")
+    for key in ("tokens", "heldout", "shard_prompts", "answer_tokens", "max_prompt_tokens", "batch_size"):
+        assert int(parsed["--" + key.replace("_", "-")]) == recipe[key], key
+    if "heldout_answer_tokens" in recipe:
+        assert int(parsed["--heldout-answer-tokens"]) == recipe["heldout_answer_tokens"]
+    with pytest.raises(Loaded):
+        corpus._main(words[1:])

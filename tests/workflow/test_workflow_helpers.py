@@ -133,3 +133,24 @@ def test_bild_exit_training_shares_the_teacher_only_for_the_profiles_model():
     own = bild_params("another-model")
     assert set(own.exit_inputs(w)) == {"model"}
     assert own.exit_teacher_flags(w) == f"sharegpt|{COMP}/bild_exit_bild/corpus.pt"
+
+
+def test_eagle3_variants_are_the_recipe_with_their_changes_each_a_component():
+    from common.config import load_profile
+    from common.errors import UserError
+    from common.workflow.artifacts import COMPONENTS, component_names, corpus_folder, eagle3_recipes
+
+    p = load_profile(profile="embedded")
+    base, variants = p.raw["components"]["eagle3"], p.raw["components"]["eagle3_variants"]
+    recipes = eagle3_recipes(p)
+    assert list(recipes) == ["eagle3", *variants]
+    for name, change in variants.items():
+        assert recipes[name] == {**base, **change}   # everything else is eagle3's
+    assert recipes["eagle3_fused_1m"]["ttt_steps"] == 1 and recipes["eagle3_1m"]["ttt_steps"] == base["ttt_steps"]
+    assert component_names(p) == (*COMPONENTS, *variants)
+    assert corpus_folder(p, recipes["eagle3"]["corpus"]) == "corpus/embedded-turns"
+    assert corpus_folder(p, "shards") == "corpus/embedded"
+    with pytest.raises(UserError, match="valid: shards, turns"):
+        corpus_folder(p, "other")
+    # a recipe without a corpus trains on the first turns' shards, as EAGLE-3 did before the larger corpus
+    assert eagle3_recipes(load_profile(profile="paper"))["eagle3"]["corpus"] == "shards"
