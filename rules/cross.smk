@@ -69,3 +69,22 @@ rule study_bench:
         env=ENV, py=PY, p=P, b=P.raw.get("study", {}).get("bench", {}), n=section_bench_prompts("study", "studyset"),
         decoders=section_bench_decoders("study", "studyset"), dcfg=section_bench_config("study", "studyset"),
     shell: section_bench_command("studyset", aa=True)
+
+
+# EAGLE-3's ablation (config eagle3_ablation, artifact cross.eagle3): the decoders drafting with each head
+# compared, interleaved per prompt with vanilla and its A/A pair, one job per dataset, resumable by prompt.
+if "eagle3_ablation" in P.raw:
+    rule eagle3_ablation_bench:
+        input: section_bench_inputs("eagle3_ablation", "ablationset")
+        output: f"{ROOT}/cross/raw/eagle3_ablation_{{ablationset}}.jsonl"
+        conda: "../env.yml"
+        log: f"{LOGS}/eagle3_ablation_bench_{{ablationset}}.log"
+        benchmark: f"{BENCH}/eagle3_ablation_bench_{{ablationset}}.tsv"
+        threads: rule_threads("eagle3_ablation_bench")
+        resources: **rule_resources("eagle3_ablation_bench")
+        params:
+            env=ENV, py=PY, p=P, b=P.raw["eagle3_ablation"]["bench"],
+            n=section_bench_prompts("eagle3_ablation", "ablationset"),
+            decoders=section_bench_decoders("eagle3_ablation", "ablationset"),
+            dcfg=section_bench_config("eagle3_ablation", "ablationset"),
+        shell: section_bench_command("ablationset", aa=True)
