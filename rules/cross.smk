@@ -88,3 +88,33 @@ if "eagle3_ablation" in P.raw:
             decoders=section_bench_decoders("eagle3_ablation", "ablationset"),
             dcfg=section_bench_config("eagle3_ablation", "ablationset"),
         shell: section_bench_command("ablationset", aa=True)
+
+
+# The exact-distribution check (tools/sampling_report.py, config sampling_report, artifact cross.sampling): every
+# lossless decoder's first tokens G-tested against a tiny peaked LLaMA's enumerated distribution, two negative
+# controls the same test must reject, and (real_model) a two-sample run against vanilla on the profile's model,
+# device and dtype. Hours of single-threaded draws on the embedded profile; under results/ the tool writes only
+# from committed code (common.records.traced_path), refused at its start.
+if "sampling_report" in P.raw:
+    def sampling_flags(s):
+        """The tool's flags beyond --draws and --out from the profile's sampling_report section ``s``."""
+        flags = [f"--decoders {','.join(s['decoders'])}"] if s.get("decoders") else []
+        if s["real_model"]:
+            flags += [f"--model {P.model} --real-draws {s['real_draws']} --prompts {s['prompts']}",
+                      f"--device {P.device} --dtype {P.dtype}"]
+        return " ".join(flags)
+
+    rule sampling_report:
+        # the profile's model only where the two-sample part loads it; the tiny model is made in the process
+        input: model_files() if P.raw["sampling_report"]["real_model"] else []
+        output: f"{ROOT}/cross/raw/sampling_report.json"
+        conda: "../env.yml"
+        log: f"{LOGS}/sampling_report.log"
+        benchmark: f"{BENCH}/sampling_report.tsv"
+        threads: rule_threads("sampling_report")  # the tiny model's draws use one; the real model's, all
+        resources: **rule_resources("sampling_report")
+        params:
+            env=ENV, py=PY, draws=P.raw["sampling_report"]["draws"], flags=sampling_flags(P.raw["sampling_report"]),
+        shell:
+            "{params.env} {params.py} tools/sampling_report.py --draws {params.draws} {params.flags}"
+            " --threads {threads} --out {output} > {log} 2>&1"

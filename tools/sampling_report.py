@@ -15,13 +15,17 @@ a CI-sized ``N`` (``pytest -m distribution``: 10 000); this script runs it at ``
 (default 10 000) and writes one JSON record:
 
     python tools/sampling_report.py --out .cache/sampling/report.json [--draws 10000]
-        [--decoders eagle,medusa] [--model smollm2-135m-instruct --real-draws 500 --prompts 3]
+        [--decoders eagle,medusa] [--model smollm2-135m-instruct --real-draws 500 --prompts 3
+         --device cpu --dtype float32 --threads 2]
 
-With ``--model``, also a seeded temperature-1 run of every lossless decoder (its first test
-option set: random untrained components, as exactness must not depend on them) on a few
+With ``--model``, also a seeded temperature-1 run of every chosen lossless decoder (its first
+test option set: random untrained components, as exactness must not depend on them) on a few
 prompts, its first :data:`REAL_COUNTED` tokens compared with ``vanilla``'s by a two-sample
 G-test per prompt: reported, never asserted (the real model's distribution cannot be
-enumerated).
+enumerated). The workflow's rule ``sampling_report`` (rules/cross.smk, profile section
+``sampling_report``) writes ``<results_root>/cross/raw/sampling_report.json``; artifact
+``cross.sampling`` renders it. A record under ``results/`` comes only from committed code
+(:func:`common.records.traced_path`), refused at the start rather than after hours of draws.
 """
 from __future__ import annotations
 
@@ -38,11 +42,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common.checks import ArgumentParser, check_out_path, check_positive_int  # noqa: E402
+from common.assets.models import DTYPES  # noqa: E402
+from common.checks import ArgumentParser, check_device, check_out_path, check_positive_int  # noqa: E402
 from common.decoders import DECODERS, decoder_class, get_decoder  # noqa: E402
 from common.engine import acceptance as acc  # noqa: E402
 from common.errors import UserError, cli_main  # noqa: E402
-from common.records import write_json  # noqa: E402
+from common.hardware import code_version, describe  # noqa: E402
+from common.records import check_start, write_json  # noqa: E402
 
 # -- the tiny model and what is counted -------------------------------------------------------
 # The final norm's weight is multiplied by PEAK: at init the logits are ~0 (a near-uniform
@@ -351,18 +357,20 @@ def control_rows(model, n: int, exacts: dict) -> list[dict]:
 
 
 # -- the real model (reported, never asserted) --------------------------------------------------
-def real_model_rows(model_name: str, n: int, prompts: int, workdir: Path) -> list[dict]:
-    """Every lossless decoder at temperature 1 (seeds ``0..n-1``, its first test option set)
-    against ``vanilla`` on the first ``prompts`` of :data:`REAL_PROMPTS`: a two-sample G-test of
-    the first :data:`REAL_COUNTED` tokens per prompt."""
+def real_model_rows(model_name: str, n: int, prompts: int, workdir: Path, decoders: list[str] | None = None,
+                    device: str = "cpu", dtype: str = "float32") -> list[dict]:
+    """Every lossless decoder of ``decoders`` (default: all) at temperature 1 (seeds ``0..n-1``,
+    its first test option set) against ``vanilla`` on the first ``prompts`` of
+    :data:`REAL_PROMPTS`: a two-sample G-test of the first :data:`REAL_COUNTED` tokens per
+    prompt, on ``model_name`` loaded on ``device`` in ``dtype``."""
     from common.assets.models import load_model
     from common.assets.prompts import encode_prompt
-    model, tok = load_model(model_name)
+    model, tok = load_model(model_name, dtype=dtype, device=device)
     rows = []
     for text in REAL_PROMPTS[:prompts]:
         ids = encode_prompt(tok, text).to(model.device)
         ref = draw(get_decoder("vanilla", model, tok, temperature=1.0), ids, range(n), REAL_COUNTED, REAL_COUNTED)
-        for name in lossless_decoders():
+        for name in decoders or lossless_decoders():
             if name == "vanilla":
                 continue
             row = {"decoder": name, "prompt": text}
@@ -378,8 +386,22 @@ def real_model_rows(model_name: str, n: int, prompts: int, workdir: Path) -> lis
     return rows
 
 
-def report(n: int, decoders: list[str], model_name: str | None, real_draws: int, prompts: int) -> dict:
-    """The whole check as one JSON-ready record."""
+def lossy_rules(decoders: list[str]) -> dict[str, list[str]]:
+    """Registered sampling rules that are not lossless (Medusa's ``typical``), each with the
+    chosen decoders that offer it: what the lossless rows leave out, by design."""
+    offers = {d: getattr(decoder_class(d), "acceptance_rules", ()) for d in decoders}  # vanilla has no rules
+    lossy = {name: [d for d in decoders if name in offers[d]] for name, rule in sorted(acc.RULES.items())
+             if not rule.lossless and "positive" in rule.temperatures}
+    return {name: decs for name, decs in lossy.items() if decs}
+
+
+def report(n: int, decoders: list[str], model_name: str | None, real_draws: int, prompts: int,
+           device: str = "cpu", dtype: str = "float32", threads: int = 1, version: str | None = None) -> dict:
+    """The whole check as one JSON-ready record. ``device``, ``dtype``, ``threads``: the real
+    model's run (the tiny model's is on the CPU, one thread); ``version``: :func:`code_version`
+    read when the run started (a commit made during hours of draws is not the code that drew)."""
+    version = version or code_version()
+    lossy = lossy_rules(decoders)
     torch.set_num_threads(1)  # tiny-model ops: a second thread only spin-waits
     model = peaked_llama()
     exacts = exact_distributions(model)
@@ -388,13 +410,18 @@ def report(n: int, decoders: list[str], model_name: str | None, real_draws: int,
         controls = control_rows(model, n, exacts)
         out = {"alpha": ALPHA, "min_expected": MIN_EXPECTED, "counted_tokens": COUNTED, "max_new_tokens": MAX_NEW,
                "prompt": list(PROMPT), "model": f"tiny_llama(seed=0, scale=10), final norm x{PEAK}",
-               "settings": SETTINGS, "draws": n, "decoders": rows, "controls": controls,
+               "settings": SETTINGS, "draws": n, "device": describe("cpu"), "threads": torch.get_num_threads(),
+               "code_version": version, "decoders": rows, "controls": controls,
+               "lossy_rules": lossy,
                "failed": [f"{r['decoder']} [{r['config']}] {r['setting']}" for r in rows
                           if r["status"] == "tested" and not (r["p_value"] >= ALPHA and r["same_seed_same_tokens"])],
                "controls_rejected": all(c["p_value"] < ALPHA for c in controls)}
         if model_name:
+            torch.set_num_threads(threads)
             out["real_model"] = {"model": model_name, "draws": real_draws, "counted_tokens": REAL_COUNTED,
-                                 "rows": real_model_rows(model_name, real_draws, prompts, Path(tmp) / "real")}
+                                 "device": describe(device), "dtype": dtype, "threads": torch.get_num_threads(),
+                                 "rows": real_model_rows(model_name, real_draws, prompts, Path(tmp) / "real",
+                                                         decoders, device, dtype)}
     return out
 
 
@@ -406,19 +433,30 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default=None, help="also the two-sample run on this model (e.g. smollm2-135m-instruct)")
     ap.add_argument("--real-draws", type=int, default=500, help="draws per decoder and prompt on --model")
     ap.add_argument("--prompts", type=int, default=3, help=f"prompts on --model (1..{len(REAL_PROMPTS)})")
+    ap.add_argument("--device", default="cpu", help="--model's device (the tiny model's check runs on the CPU)")
+    ap.add_argument("--dtype", default="float32", help="--model's dtype")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the --model run (the tiny model's: 1)")
     args = ap.parse_args(argv)
     out = check_out_path(args.out)
     check_positive_int("--draws", args.draws)
     check_positive_int("--real-draws", args.real_draws)
+    check_positive_int("--threads", args.threads)
     if not 1 <= args.prompts <= len(REAL_PROMPTS):
         raise UserError(f"--prompts {args.prompts} is out of range; valid: 1..{len(REAL_PROMPTS)}")
+    if args.dtype not in DTYPES:
+        raise UserError(f"--dtype {args.dtype!r} is not supported; valid: {', '.join(DTYPES)}")
+    if args.model:
+        check_device(args.device)
     every = lossless_decoders()
     chosen = every if args.decoders is None else [d.strip() for d in args.decoders.split(",") if d.strip()]
     bad = [d for d in chosen if d not in every]
     if bad or not chosen:
         raise UserError(f"--decoders {args.decoders!r}: {', '.join(bad) or 'none given'} not a registered lossless "
                         f"decoder; valid: {', '.join(every)}")
-    record = report(args.draws, chosen, args.model, args.real_draws, args.prompts)
+    check_start(out)  # a record under results/ from uncommitted code: refused now, not after hours of draws
+    version = code_version()
+    record = report(args.draws, chosen, args.model, args.real_draws, args.prompts, args.device, args.dtype,
+                    args.threads, version)
     write_json(out, record)   # atomic: a killed run leaves no half-written record
     for r in record["decoders"]:
         print(format_row(r))

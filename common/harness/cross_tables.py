@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..config import AA_LABEL
+from ..errors import UserError
 from .report import aa_spread, extra_memory, host_caveat, hosts, limits, stats_match, step_times, summarize
 
 
@@ -105,6 +106,163 @@ def fastest_lines(long: pd.DataFrame) -> list[str]:
         else:
             lines.append(f"{cat}: only lossless method {first.decoder} {first.speedup:.2f}x")
     return lines
+
+
+# --- study.oracle / study.calibration ------------------------------------------------------------
+
+POOL = "pool"  # the decoder that merges several proposers' candidates per step (common/decoders/pool.py)
+
+
+def _by_prompt(runs: dict[str, list[dict]]) -> dict[tuple[str, str], dict[str, dict]]:
+    """(run, question_id) -> {decoder label: record}: a prompt is always its own run's, so two
+    runs that share question ids (each with its own vanilla) are never compared with each other."""
+    out: dict[tuple[str, str], dict[str, dict]] = {}
+    for run, recs in runs.items():
+        for r in recs:
+            out.setdefault((run, str(r["question_id"])), {})[r["decoder"]] = r
+    return out
+
+
+def _speedup(prompts: list[dict[str, dict]], label: str, baseline: str = "vanilla") -> float | None:
+    """``label``'s speedup over ``baseline`` on ``prompts`` as :func:`.report.summarize` computes it
+    (a ratio of totals: new tokens over summed wall time, over the baseline's); None unless the
+    label has a record on every one of them (a partial run is not compared with a whole one)."""
+    if not prompts or any(label not in p or baseline not in p for p in prompts):
+        return None
+    rate = lambda lab: sum(p[lab]["new_tokens"] for p in prompts) / sum(p[lab]["wall_time"] for p in prompts)
+    return rate(label) / rate(baseline)
+
+
+def _oracle(prompts: list[dict[str, dict]], among, baseline: str = "vanilla") -> tuple[float, int, dict[str, int]]:
+    """The per-prompt oracle over the labels ``among`` (a set, or None for every label but the
+    baseline, its A/A pair and the pool's: the pool is what the oracle is measured against, and
+    an oracle that may pick it could only tie it): on each prompt the least wall time among those whose tokens equal
+    the baseline's there. Returns (speedup = the baseline's summed wall / the oracle's, the prompts
+    where no candidate was lossless and the baseline's own time stands, how often each label won).
+    The chosen outputs equal the baseline's, so this is also :func:`_speedup`'s ratio of totals."""
+    base_wall = oracle_wall = 0.0
+    fallback, wins = 0, {}
+    for p in prompts:
+        ref = p[baseline]
+        cands = {lab: r for lab, r in p.items() if lab not in (baseline, AA_LABEL)
+                 and (lab.split("@")[0] != POOL if among is None else lab in among) and r["tokens"] == ref["tokens"]}
+        base_wall += ref["wall_time"]
+        if cands:
+            lab = min(cands, key=lambda k: cands[k]["wall_time"])
+            oracle_wall += cands[lab]["wall_time"]
+            wins[lab] = wins.get(lab, 0) + 1
+        else:  # every method differs from greedy here: a lossless oracle can only decode greedily
+            oracle_wall += ref["wall_time"]
+            fallback += 1
+    return base_wall / oracle_wall, fallback, wins
+
+
+def _lossless_labels(by_prompt: dict, baseline: str = "vanilla") -> list[str]:
+    """The methods (not the baseline nor its A/A pair) identical to the baseline on every prompt
+    they ran, over every run: :func:`per_category`'s ``lossless``."""
+    seen: dict[str, bool] = {}
+    for p in by_prompt.values():
+        for lab, r in p.items():
+            if lab not in (baseline, AA_LABEL) and baseline in p:
+                seen[lab] = seen.get(lab, True) and r["tokens"] == p[baseline]["tokens"]
+    return [lab for lab, ok in seen.items() if ok]
+
+
+def best_pair(runs: dict[str, list[dict]], exclude=(POOL,)) -> list[str]:
+    """The two lossless methods with the highest overall speedup (every prompt of every run, each
+    over its own run's vanilla), fastest first: the pair a two-method oracle chooses between. Labels
+    of the decoders in ``exclude`` (the pool itself) are left out; fewer than two when fewer exist."""
+    by_prompt = _by_prompt(runs)
+    prompts = [p for p in by_prompt.values() if "vanilla" in p]
+    sp = {lab: _speedup(prompts, lab) for lab in _lossless_labels(by_prompt) if lab.split("@")[0] not in exclude}
+    return sorted((lab for lab, s in sp.items() if s is not None), key=lambda lab: -sp[lab])[:2]
+
+
+def oracle_rows(runs: dict[str, list[dict]], categories: list[str] | None = None, pools: list[str] = (),
+                pair: list[str] | None = None, absent: str = "not run") -> pd.DataFrame:
+    """study.oracle's table: per category (records' ``category``, first-seen order unless
+    ``categories``) and ``overall``, the best single lossless method and its speedup, the per-prompt
+    oracle over the ``pair`` (default :func:`best_pair`: the two fastest overall), over every method
+    (``oracle_all``, the pool excluded; at least the best single by construction: that one is a
+    candidate on every prompt), and over vanilla and its A/A twin (``aa_oracle``: what choosing the
+    faster of two identical runs gains from timing noise alone, the oracle's selection bias at its
+    smallest); ``oracle_wins``:
+    how many of the prompts each method wins in ``oracle_all`` (most first); ``no_lossless``: prompts
+    where no method matched greedy. Then one column per label in ``pools``: its speedup, blank
+    where it lacks a prompt of the category, ``absent`` in every row when no record has it.
+
+    ``runs``: dataset -> that run's records (each with its own ``vanilla``); a prompt is compared
+    only within its run, and a category sums over its prompts of every run (as
+    :func:`per_category`'s ``overall`` does)."""
+    by_prompt = _by_prompt(runs)
+    prompts = {k: p for k, p in by_prompt.items() if "vanilla" in p}
+    if not prompts:
+        raise UserError("the study's records hold no vanilla record: no speedup to compute")
+    first = {k: next(iter(p.values())) for k, p in prompts.items()}
+    cats = categories if categories is not None else list(dict.fromkeys(r["category"] for r in first.values()))
+    lossless = [lab for lab in _lossless_labels(by_prompt) if lab.split("@")[0] != POOL]
+    pair = best_pair(runs) if pair is None else list(pair)
+    ran = {lab for p in prompts.values() for lab in p}
+    rows = []
+    for cat in [*cats, "overall"]:
+        ps = [p for k, p in prompts.items() if cat == "overall" or first[k]["category"] == cat]
+        if not ps:
+            continue
+        singles = {lab: _speedup(ps, lab) for lab in lossless}
+        singles = {lab: s for lab, s in singles.items() if s is not None}
+        best = max(singles, key=singles.get) if singles else None
+        two, _, _ = _oracle(ps, set(pair)) if len(pair) == 2 else (None, 0, {})
+        every, fallback, wins = _oracle(ps, None)
+        row = {"category": cat, "prompts": len(ps), "best_single": best,
+               "best_single_speedup": singles.get(best), "oracle_two": two, "oracle_all": every,
+               "aa_oracle": _aa_oracle(ps),
+               "oracle_wins": ", ".join(f"{lab} {n}"
+                                        for lab, n in sorted(wins.items(), key=lambda kv: -kv[1])),
+               "no_lossless": fallback}
+        for lab in pools:
+            row[lab] = _speedup(ps, lab) if lab in ran else absent
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _aa_oracle(prompts: list[dict[str, dict]]) -> float | None:
+    """Summed vanilla wall over the summed faster of vanilla and its A/A twin per prompt (None
+    without the pair): the gain an oracle gets from noise alone when it picks between two runs of
+    the same decoder."""
+    if any(AA_LABEL not in p for p in prompts):
+        return None
+    base = sum(p["vanilla"]["wall_time"] for p in prompts)
+    return base / sum(min(p["vanilla"]["wall_time"], p[AA_LABEL]["wall_time"]) for p in prompts)
+
+
+def calibration_rows(runs: dict[str, list[dict]]) -> pd.DataFrame:
+    """study.calibration's table: the pool's acceptance calibration over prompts, one row per
+    (decoder label, source, depth) of the records' ``extra.pool_calibration`` (per call: nodes
+    ``tested``, their mean ``predicted`` acceptance, the ``observed`` acceptance rate): ``tested``
+    summed, ``predicted`` and ``observed`` as ``tested``-weighted means (pooled nodes, not a mean of
+    per-prompt rates), ``gap`` = observed - predicted, and ``se``, the binomial standard error of
+    the observed rate were the nodes independent draws at the predicted probability. Empty (same
+    columns) when no record carries a calibration (no pool has run)."""
+    acc: dict[tuple, list[float]] = {}
+    for recs in runs.values():
+        for r in recs:
+            extra = r.get("extra") if isinstance(r.get("extra"), dict) else {}
+            for c in extra.get("pool_calibration") or []:
+                n = int(c["tested"])
+                if n <= 0:
+                    continue
+                a = acc.setdefault((r["decoder"], str(c["source"]), int(c["depth"])), [0, 0.0, 0.0, 0])
+                a[0] += n
+                a[1] += n * float(c["predicted"])
+                a[2] += n * float(c["observed"])
+                a[3] += 1
+    rows = []
+    for (lab, src, depth), (n, pred, obs, calls) in sorted(acc.items()):
+        p, o = pred / n, obs / n
+        rows.append({"decoder": lab, "source": src, "depth": depth, "calls": calls, "tested": n, "predicted": p,
+                     "observed": o, "gap": o - p, "se": (p * (1 - p) / n) ** 0.5})
+    return pd.DataFrame(rows, columns=["decoder", "source", "depth", "calls", "tested", "predicted", "observed",
+                                       "gap", "se"])
 
 
 # --- components.fig ------------------------------------------------------------------------------

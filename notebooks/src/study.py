@@ -284,5 +284,130 @@ verdict = (f"fastest with nothing trained: {free.decoder.iloc[0]} {free.speedup.
 R.no_paper_numbers("No paper reports this comparison: it is this project's own.")
 R.save_table(cost, {**meta, "verdict": verdict})
 
+# %% md [study.oracle]
+# Choosing per prompt between methods, with hindsight: on each prompt the oracle takes the least wall time
+# among the methods whose output equals vanilla's there (a method that differs from greedy on a prompt is
+# no candidate on it; vanilla and its A/A twin never are), and its speedup is vanilla's summed wall time
+# over the oracle's, within each run (`common.harness.cross_tables.oracle_rows`). `oracle_all` chooses among
+# every method, `oracle_two` between the two fastest lossless methods overall (the pair issue #79 names);
+# `oracle_all` is at least the best single method by construction, so that comparison is no evidence.
+# Hindsight on noisy timings also flatters the oracle: `aa_oracle` is what choosing the faster of vanilla
+# and its identical A/A twin gains from noise alone. The pool (`common/decoders/pool.py`) chooses per step
+# instead, among every source's candidates in one verified tree, without hindsight; its columns say
+# whether it has run.
+
+# %% [study.oracle]
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from common.harness.cross_tables import POOL, best_pair, oracle_rows
+
+NOT_RUN = "not run (study.pending)"
+pools = [lab for lab in dict.fromkeys([*study["bench"]["decoders"], *study.get("pending", [])])
+         if lab.split("@")[0] == POOL]
+pair = best_pair(runs)
+orc = oracle_rows(runs, categories, pools, pair, absent=NOT_RUN)
+ran_pools = [lab for lab in pools if (orc[lab] != NOT_RUN).all()]
+top = orc[orc.category == "overall"].iloc[0]
+speed = lambda v: "—" if v is None or pd.isna(v) else f"{v:.2f}x"  # a blank cell: fewer than two lossless methods
+orc_meta = {**meta, "pair": (" and ".join(pair) + " (the two fastest lossless methods overall)" if len(pair) == 2
+                             else f"fewer than two lossless methods ({', '.join(pair) or 'none'}): no pair"),
+            "overall": f"best single {top.best_single or '—'} {speed(top.best_single_speedup)}; oracle of the pair "
+                       f"{speed(top.oracle_two)}; oracle of every method {speed(top.oracle_all)}; "
+                       f"A/A oracle {speed(top.aa_oracle)}"}
+
+cats = orc[orc.category != "overall"]
+if ran_pools:
+    for lab in ran_pools:
+        cells = cats[cats[lab].notna()]  # blank: the pool lacks some of the category's prompts
+        R.trend(f"{lab} reaches the per-prompt oracle over every method", list(cells[lab] >= cells.oracle_all),
+                over=f"{len(cells)} categories", gaps=list(zip(cells[lab], cells.oracle_all)))
+        R.trend(f"{lab} beats the best single method", list(cells[lab] > cells.best_single_speedup),
+                over=f"{len(cells)} categories", gaps=list(zip(cells[lab], cells.best_single_speedup)))
+else:
+    R.verdict("no verdict: no pool record yet (" + (f"{', '.join(pools)} in study.pending, not run" if pools else
+              "no pool label in study.bench or study.pending") + "); the oracle columns are what a pool run will be "
+              "measured against")
+
+series = [("best single", orc.best_single_speedup), ("oracle of the pair", orc.oracle_two.astype(float)),
+          ("oracle of every method", orc.oracle_all)] + [(lab, pd.to_numeric(orc[lab])) for lab in ran_pools]
+fig, ax = plt.subplots(figsize=(0.75 * len(orc) * max(1, len(series) / 4) + 3, 4.2))
+width = 0.8 / len(series)
+for i, (name, ys) in enumerate(series):
+    ax.bar([x + (i - (len(series) - 1) / 2) * width for x in range(len(orc))], ys.astype(float), width, label=name)
+ax.scatter(range(len(orc)), orc.aa_oracle.astype(float), marker="_", s=300, color="black",
+           label="A/A oracle (noise alone)")
+ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+ax.set_xticks(range(len(orc)), orc.category, rotation=35, ha="right", fontsize=8)
+ax.set_ylabel("speedup over vanilla (same run)")
+ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+if not ran_pools:
+    ax.text(0.01, 0.97, f"pool: {NOT_RUN}", transform=ax.transAxes, fontsize=8, va="top")
+ax.set_title(f"per-prompt oracle vs best single method, {meta.get('model')}, {meta.get('profile')}\n"
+             f"{meta.get('device')}", fontsize=8)
+R.save_figure(fig)
+R.no_paper_numbers("No paper reports this comparison: it is this project's own (issue #79), an upper bound from "
+                   "hindsight over this study's records beside the pool that chooses per step.")
+R.save_table(orc, orc_meta)
+
+# %% md [study.calibration]
+# The pool scores every candidate node by an acceptance probability it calibrates online per source and
+# depth; each record's `extra.pool_calibration` holds, for that call, the nodes verified (`tested`), their
+# mean predicted acceptance and the observed acceptance rate. Here they are pooled over prompts per pool
+# label, source and depth (`common.harness.cross_tables.calibration_rows`: tested-weighted means). A cell is
+# calibrated when its observed rate lies within two binomial standard errors of the prediction (`se`, as
+# if its nodes were independent draws at the predicted rate: a node counts as tested when its parent was
+# accepted, and of siblings at most one is, so the bound is approximate).
+
+# %% [study.calibration]
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from common.harness.cross_tables import POOL, calibration_rows
+
+pools = [lab for lab in dict.fromkeys([*study["bench"]["decoders"], *study.get("pending", [])])
+         if lab.split("@")[0] == POOL]
+cal = calibration_rows(runs)
+labels = list(dict.fromkeys(cal.decoder)) or [None]
+fig, axes = plt.subplots(1, len(labels), figsize=(4.6 * len(labels) + 1.5, 4.4), squeeze=False)
+for ax, lab in zip(axes[0], labels):
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--", label="calibrated")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("predicted acceptance (tested-weighted mean)")
+    ax.set_ylabel("observed acceptance rate")
+    if lab is None:
+        ax.text(0.5, 0.5, "no pool record yet\n(study.pending: not run)", ha="center", va="center",
+                transform=ax.transAxes, fontsize=9)
+        continue
+    g = cal[cal.decoder == lab]
+    for src, h in g.groupby("source", sort=False):
+        ax.scatter(h.predicted, h.observed, s=15 + 300 * h.tested / cal.tested.max(), alpha=0.7, label=src)
+        for r in h.itertuples():  # which depth each marker is: calibration drifts with depth
+            ax.annotate(str(r.depth), (r.predicted, r.observed), fontsize=6, ha="center", va="center")
+    ax.set_title(lab, fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+fig.suptitle(f"the pool's acceptance calibration (marker area ~ nodes tested), {meta.get('model')}, "
+             f"{meta.get('profile')}\n{meta.get('device')}", fontsize=8)
+R.save_figure(fig)
+cal_meta = dict(meta)
+if cal.empty:
+    R.verdict("no verdict: no record carries pool_calibration yet (" + (
+        f"{', '.join(pools)} in study.pending, not run" if pools else "no pool label in study.bench or study.pending")
+        + "): nothing to calibrate")
+else:
+    cal_meta["mean absolute gap"] = "; ".join(
+        f"{lab} {src}: {(h.gap.abs() * h.tested).sum() / h.tested.sum():.3f} over {int(h.tested.sum())} nodes"
+        for (lab, src), h in cal.groupby(["decoder", "source"], sort=False))
+    for lab, g in cal.groupby("decoder", sort=False):
+        R.trend(f"{lab}: observed acceptance within two standard errors of the predicted",
+                list(g.gap.abs() <= 2 * g.se), over=f"{len(g)} source x depth cells")
+R.no_paper_numbers("No paper reports this: the pool and its calibration are this project's own (issue #79).")
+R.save_table(cal, cal_meta)
+
 # %%
 R.publish()  # last step: tables, figures and the export move into place only when all of it worked

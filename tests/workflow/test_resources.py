@@ -78,6 +78,7 @@ def test_commands_exist_and_name_registered_models(slurm_plan):
     """Each command's module exists; every --model and --dataset is a registered name."""
     from common.assets.data import EMBEDDED, PAPER_DATASETS
     from common.assets.models import MODELS
+    from common.training.corpus import DATASETS as CORPUS_DATASETS
 
     profile, planned = slurm_plan
     for rule, _, cmd in planned:
@@ -89,7 +90,9 @@ def test_commands_exist_and_name_registered_models(slurm_plan):
             assert model in MODELS or re.fullmatch(r"[\w.-]+/[\w.-]+", model) or \
                 model.startswith(f".cache/components/{profile}/"), f"{rule}: model {model}"
         for dataset in re.findall(r"--dataset (\S+)", cmd):
-            assert dataset in EMBEDDED or dataset in PAPER_DATASETS, f"{rule}: dataset {dataset}"
+            # the corpus builder's --dataset picks its prompts (ShareGPT first turns or every turn)
+            valid = CORPUS_DATASETS if " -m common.training.corpus " in cmd else (*EMBEDDED, *PAPER_DATASETS)
+            assert dataset in valid, f"{rule}: dataset {dataset}"
     if profile == "paper":
         text = " ".join(cmd for _, _, cmd in planned)
         for name in ("vicuna-7b", "vicuna-13b", "llama2-13b-chat", "squad", "cnn_dm", "wmt14-en-fr"):
