@@ -236,8 +236,8 @@ def teacher_flags(c, t, heldout=None):
 
 
 def corpus_inputs(folder):
-    """The inputs of the corpus rule writing ``folder``: the converted model, where the corpus is
-    still to be made. The corpus is committed (results/corpus/), and a fresh clone converts the
+    """The inputs of the corpus job writing ``folder`` (the converted model) where the corpus is
+    still to be made; the corpus is committed (results/corpus/), and a fresh clone converts the
     model after its checkout: a job that makes an input replans its consumers whatever ancient()
     says ("updated by another job"), so a plan that converts the model would replan hours of
     generation. A corpus of another model or recipe is refused by the shards' manifest
@@ -317,3 +317,12 @@ def corpus_of(wildcards, input):
 def parent_of_stats(wildcards, output):
     """The corpus folder, read from its summary file."""
     return str(Path(output.stats).parent)
+
+
+def sampling_flags(s):
+    """The tool's flags beyond --draws and --out from the profile's sampling_report section ``s``."""
+    flags = [f"--decoders {','.join(s['decoders'])}"] if s.get("decoders") else []
+    if s["real_model"]:
+        flags += [f"--model {P.model} --real-draws {s['real_draws']} --prompts {s['prompts']}",
+                  f"--device {P.device} --dtype {P.dtype}"]
+    return " ".join(flags)

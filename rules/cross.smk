@@ -96,14 +96,6 @@ if "eagle3_ablation" in P.raw:
 # device and dtype. Hours of single-threaded draws on the embedded profile; under results/ the tool writes only
 # from committed code (common.records.traced_path), refused at its start.
 if "sampling_report" in P.raw:
-    def sampling_flags(s):
-        """The tool's flags beyond --draws and --out from the profile's sampling_report section ``s``."""
-        flags = [f"--decoders {','.join(s['decoders'])}"] if s.get("decoders") else []
-        if s["real_model"]:
-            flags += [f"--model {P.model} --real-draws {s['real_draws']} --prompts {s['prompts']}",
-                      f"--device {P.device} --dtype {P.dtype}"]
-        return " ".join(flags)
-
     rule sampling_report:
         # the profile's model only where the two-sample part loads it; the tiny model is made in the process
         input: model_files() if P.raw["sampling_report"]["real_model"] else []

@@ -1,5 +1,6 @@
 """Config validation, profiles, and the pins of requirements.txt vs env.yml."""
 import copy
+from collections.abc import Mapping
 import re
 from pathlib import Path
 
@@ -147,3 +148,24 @@ def test_profile_files_under_snakemake_overrides():
     assert over["smoke"]["cross"]["n"] == 7 and over["smoke"]["cross"]["groups"] == CFG["profiles"]["smoke"]["cross"]["groups"]
     assert over["embedded"] == CFG["profiles"]["embedded"]
     assert load_profile(with_profile_files({**snake, "profiles": {"smoke": {"cross": {"n": 7}}}}), "smoke").cross.n == 7
+
+
+def _bench_sections(node, path=()):
+    """Every (path, section) in a profile's raw config that names benchmark datasets with prompt counts."""
+    if isinstance(node, Mapping):
+        if isinstance(node.get("datasets"), Mapping):
+            yield path, node
+        for k, v in node.items():
+            yield from _bench_sections(v, (*path, str(k)))
+
+
+@pytest.mark.parametrize("name", ["smoke", "paper-tiny"])
+def test_ci_profiles_run_every_benchmark_at_ci_size(name):
+    """The CI profiles inherit every section they do not override: a section added to the embedded or
+    paper profile (80 prompts, 512 tokens) must be cut here too, or CI runs it at full size."""
+    p = load_profile(CFG, name)
+    found = list(_bench_sections(p.raw))
+    assert found, "no benchmark sections found: the walk no longer matches the config's shape"
+    for path, s in found:
+        assert all(n <= 2 for n in s["datasets"].values()), (path, s["datasets"])
+        assert s.get("max_new_tokens", 0) <= 16, (path, s.get("max_new_tokens"))
