@@ -5,7 +5,7 @@ from pathlib import Path
 
 from common.assets.models import MODELS, checkpoint_dir
 from common.config import RESULT_PLACEHOLDERS, bench_decoders, group_config, labels_config
-from common.workflow.artifacts import eagle3_recipes, missing_records
+from common.workflow.artifacts import eagle3_recipes, missing_records, sampling_parts
 from common.workflow.commands import (answer_set_command, bench_command, eagle_flags, head_train_flags,
                                      section_bench_command, stopping_flags, teacher_command)
 from common.workflow.resources import rule_resources as _rule_resources
@@ -319,10 +319,23 @@ def parent_of_stats(wildcards, output):
     return str(Path(output.stats).parent)
 
 
-def sampling_flags(s):
-    """The tool's flags beyond --draws and --out from the profile's sampling_report section ``s``."""
-    flags = [f"--decoders {','.join(s['decoders'])}"] if s.get("decoders") else []
-    if s["real_model"]:
-        flags += [f"--model {P.model} --real-draws {s['real_draws']} --prompts {s['prompts']}",
-                  f"--device {P.device} --dtype {P.dtype}"]
-    return " ".join(flags)
+def sampling_part_flags(wildcards):
+    """tools/sampling_report.py's flags beyond --draws and --out for part ``wildcards.part`` of the
+    profile's sampling_report section: the controls alone, or one decoder without them (and its
+    two-sample run on the profile's model where ``real_model``; vanilla is that run's reference,
+    drawn in every other part, with no row of its own)."""
+    s = P.raw["sampling_report"]
+    if wildcards.part == "controls":
+        return "--controls-only"
+    flags = f"--decoders {wildcards.part} --no-controls"
+    if s["real_model"] and wildcards.part != "vanilla":
+        flags += (f" --model {P.model} --real-draws {s['real_draws']} --prompts {s['prompts']}"
+                  f" --device {P.device} --dtype {P.dtype}")
+    return flags
+
+
+def sampling_part_inputs(wildcards):
+    """The profile's model where part ``wildcards.part`` loads it (a decoder's two-sample run)."""
+    if wildcards.part in ("controls", "vanilla") or not P.raw["sampling_report"]["real_model"]:
+        return []
+    return model_files()

@@ -90,23 +90,23 @@ if "eagle3_ablation" in P.raw:
         shell: section_bench_command("ablationset", aa=True)
 
 
-# The exact-distribution check (tools/sampling_report.py, config sampling_report, artifact cross.sampling): every
-# lossless decoder's first tokens G-tested against a tiny peaked LLaMA's enumerated distribution, two negative
-# controls the same test must reject, and (real_model) a two-sample run against vanilla on the profile's model,
-# device and dtype. Hours of single-threaded draws on the embedded profile; under results/ the tool writes only
-# from committed code (common.records.traced_path), refused at its start.
+# The exact-distribution check (tools/sampling_report.py, config sampling_report, artifact cross.sampling), one
+# part (job, record) per lossless decoder and one of the negative controls, so hours of draws are kept as each
+# part ends: a decoder's first tokens G-tested against a tiny peaked LLaMA's enumerated distribution and
+# (real_model) its two-sample run against vanilla on the profile's model, device and dtype; the controls the
+# same test must reject. Under results/ the tool writes only from committed code, refused at its start.
 if "sampling_report" in P.raw:
-    rule sampling_report:
+    rule sampling_part:
         # the profile's model only where the two-sample part loads it; the tiny model is made in the process
-        input: model_files() if P.raw["sampling_report"]["real_model"] else []
-        output: f"{ROOT}/cross/raw/sampling_report.json"
+        input: sampling_part_inputs
+        output: f"{ROOT}/cross/raw/sampling/{{part}}.json"
+        wildcard_constraints: part="|".join(sampling_parts(P))
         conda: "../env.yml"
-        log: f"{LOGS}/sampling_report.log"
-        benchmark: f"{BENCH}/sampling_report.tsv"
-        threads: rule_threads("sampling_report")  # the tiny model's draws use one; the real model's, all
-        resources: **rule_resources("sampling_report")
-        params:
-            env=ENV, py=PY, draws=P.raw["sampling_report"]["draws"], flags=sampling_flags(P.raw["sampling_report"]),
+        log: f"{LOGS}/sampling_part_{{part}}.log"
+        benchmark: f"{BENCH}/sampling_part_{{part}}.tsv"
+        threads: rule_threads("sampling_part")  # the tiny model's draws use one; the real model's, all
+        resources: **rule_resources("sampling_part")
+        params: env=ENV, py=PY, draws=P.raw["sampling_report"]["draws"], flags=sampling_part_flags
         shell:
             "{params.env} {params.py} tools/sampling_report.py --draws {params.draws} {params.flags}"
             " --threads {threads} --out {output} > {log} 2>&1"

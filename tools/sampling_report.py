@@ -22,9 +22,11 @@ With ``--model``, also a seeded temperature-1 run of every chosen lossless decod
 test option set: random untrained components, as exactness must not depend on them) on a few
 prompts, its first :data:`REAL_COUNTED` tokens compared with ``vanilla``'s by a two-sample
 G-test per prompt: reported, never asserted (the real model's distribution cannot be
-enumerated). The workflow's rule ``sampling_report`` (rules/cross.smk, profile section
-``sampling_report``) writes ``<results_root>/cross/raw/sampling_report.json``; artifact
-``cross.sampling`` renders it. A record under ``results/`` comes only from committed code
+enumerated). ``--no-controls`` leaves the controls out, ``--controls-only`` runs only them: the
+workflow's rule ``sampling_part`` (rules/cross.smk, profile section ``sampling_report``) writes one
+record per part, ``<results_root>/cross/raw/sampling/<decoder>.json`` and ``controls.json``, so
+hours of draws are kept (and committed) decoder by decoder; artifact ``cross.sampling`` merges
+them (:func:`common.harness.sampling_tables.merge_records`). A record under ``results/`` comes only from committed code
 (:func:`common.records.traced_path`), refused at the start rather than after hours of draws.
 """
 from __future__ import annotations
@@ -396,10 +398,13 @@ def lossy_rules(decoders: list[str]) -> dict[str, list[str]]:
 
 
 def report(n: int, decoders: list[str], model_name: str | None, real_draws: int, prompts: int,
-           device: str = "cpu", dtype: str = "float32", threads: int = 1, version: str | None = None) -> dict:
-    """The whole check as one JSON-ready record. ``device``, ``dtype``, ``threads``: the real
-    model's run (the tiny model's is on the CPU, one thread); ``version``: :func:`code_version`
-    read when the run started (a commit made during hours of draws is not the code that drew)."""
+           device: str = "cpu", dtype: str = "float32", threads: int = 1, version: str | None = None,
+           controls: bool = True) -> dict:
+    """The whole check (or one part of it) as one JSON-ready record. ``device``, ``dtype``,
+    ``threads``: the real model's run (the tiny model's is on the CPU, one thread); ``version``:
+    :func:`code_version` read when the run started (a commit made during hours of draws is not
+    the code that drew); ``controls``: run the negative controls (``False``: ``controls`` is
+    empty, as in a per-decoder part the workflow merges with its controls part)."""
     version = version or code_version()
     lossy = lossy_rules(decoders)
     torch.set_num_threads(1)  # tiny-model ops: a second thread only spin-waits
@@ -407,7 +412,7 @@ def report(n: int, decoders: list[str], model_name: str | None, real_draws: int,
     exacts = exact_distributions(model)
     with tempfile.TemporaryDirectory() as tmp:
         rows = [r for name in decoders for r in check_decoder(name, model, Path(tmp) / name, n, exacts)]
-        controls = control_rows(model, n, exacts)
+        controls = control_rows(model, n, exacts) if controls else []
         out = {"alpha": ALPHA, "min_expected": MIN_EXPECTED, "counted_tokens": COUNTED, "max_new_tokens": MAX_NEW,
                "prompt": list(PROMPT), "model": f"tiny_llama(seed=0, scale=10), final norm x{PEAK}",
                "settings": SETTINGS, "draws": n, "device": describe("cpu"), "threads": torch.get_num_threads(),
@@ -415,7 +420,7 @@ def report(n: int, decoders: list[str], model_name: str | None, real_draws: int,
                "lossy_rules": lossy,
                "failed": [f"{r['decoder']} [{r['config']}] {r['setting']}" for r in rows
                           if r["status"] == "tested" and not (r["p_value"] >= ALPHA and r["same_seed_same_tokens"])],
-               "controls_rejected": all(c["p_value"] < ALPHA for c in controls)}
+               "controls_rejected": bool(controls) and all(c["p_value"] < ALPHA for c in controls)}
         if model_name:
             torch.set_num_threads(threads)
             out["real_model"] = {"model": model_name, "draws": real_draws, "counted_tokens": REAL_COUNTED,
@@ -436,6 +441,10 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu", help="--model's device (the tiny model's check runs on the CPU)")
     ap.add_argument("--dtype", default="float32", help="--model's dtype")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the --model run (the tiny model's: 1)")
+    part = ap.add_mutually_exclusive_group()
+    part.add_argument("--no-controls", action="store_true", help="leave the negative controls out (a decoder part)")
+    part.add_argument("--controls-only", action="store_true",
+                      help="only the negative controls (no decoder, no --model run): the controls part")
     args = ap.parse_args(argv)
     out = check_out_path(args.out)
     check_positive_int("--draws", args.draws)
@@ -447,16 +456,21 @@ def main(argv=None) -> None:
         raise UserError(f"--dtype {args.dtype!r} is not supported; valid: {', '.join(DTYPES)}")
     if args.model:
         check_device(args.device)
+    if args.controls_only and (args.decoders is not None or args.model):
+        raise UserError("--controls-only runs no decoder and no --model; valid: drop --decoders and --model, "
+                        "or drop --controls-only")
     every = lossless_decoders()
     chosen = every if args.decoders is None else [d.strip() for d in args.decoders.split(",") if d.strip()]
     bad = [d for d in chosen if d not in every]
     if bad or not chosen:
         raise UserError(f"--decoders {args.decoders!r}: {', '.join(bad) or 'none given'} not a registered lossless "
                         f"decoder; valid: {', '.join(every)}")
+    if args.controls_only:
+        chosen = []
     check_start(out)  # a record under results/ from uncommitted code: refused now, not after hours of draws
     version = code_version()
     record = report(args.draws, chosen, args.model, args.real_draws, args.prompts, args.device, args.dtype,
-                    args.threads, version)
+                    args.threads, version, controls=not args.no_controls)
     write_json(out, record)   # atomic: a killed run leaves no half-written record
     for r in record["decoders"]:
         print(format_row(r))

@@ -1,6 +1,7 @@
 """The exact-distribution check's table (artifact ``cross.sampling``, rule ``sampling_report``).
 
-``tools/sampling_report.py`` writes one JSON record: every lossless decoder's option sets on a
+``tools/sampling_report.py`` writes JSON records (the workflow one per part, merged here by
+:func:`merge_records`): every lossless decoder's option sets on a
 tiny peaked LLaMA, G-tested against the enumerated distribution of its first tokens (rows
 ``decoders``), two negative controls the same test must reject (``controls``), and optionally a
 two-sample run on the profile's model against ``vanilla`` (``real_model.rows``). This module
@@ -10,12 +11,66 @@ the same tokens, the very condition the tool's ``failed`` list uses.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pandas as pd
 
+from common.errors import UserError
+
 COLUMNS = ["part", "decoder", "config", "setting", "rule", "G", "dof", "p_value", "draws", "ms_per_draw",
            "same_seed_same_tokens", "passes", "rejected", "note"]
+
+
+# what every part of one check must share: the test (alpha, pooling, what is counted), the tiny model
+# and its settings, the draws; a part drawn under other ones is another check, not a piece of this one
+SHARED = ("alpha", "min_expected", "counted_tokens", "max_new_tokens", "prompt", "model", "settings", "draws")
+REAL_SHARED = ("model", "draws", "counted_tokens", "dtype")
+
+
+def merge_records(records: Sequence[Mapping], names: Sequence[str] | None = None) -> dict:
+    """One check's record from its parts (rule ``sampling_part``: a record per decoder, one of
+    the controls), as the tool writes it whole: decoder rows, controls and real-model rows in
+    the order given; ``failed`` and ``controls_rejected`` recomputed; ``code_version``,
+    ``device`` and ``threads`` joined over the parts (the parts of hours of draws may come from
+    several commits or hosts; the header says which).
+
+    Args:
+        records: the parts' records.
+        names: their file names, for the error line (default: their positions).
+    Raises:
+        UserError: a part whose test, model, settings or draws differ from the first's.
+    """
+    if not records:
+        raise UserError("no sampling records to merge; valid: at least the controls part")
+    names = list(names or [f"part {i}" for i in range(len(records))])
+    first = records[0]
+    for name, r in zip(names[1:], records[1:]):
+        diff = [k for k in SHARED if r.get(k) != first.get(k)]
+        fr, rr = first.get("real_model"), r.get("real_model")
+        if fr and rr:
+            diff += [f"real_model.{k}" for k in REAL_SHARED if rr.get(k) != fr.get(k)]
+        if diff:
+            raise UserError(f"sampling record {name} differs from {names[0]} in {', '.join(diff)}; valid: every "
+                            f"part drawn with one config (rerun the differing part)")
+    rows = [row for r in records for row in r["decoders"]]
+    controls = [c for r in records for c in r["controls"]]
+    out = {k: first[k] for k in SHARED}
+    for key in ("device", "threads", "code_version"):
+        seen = list(dict.fromkeys(str(r[key]) for r in records if r.get(key) is not None))
+        if seen:
+            out[key] = seen[0] if len(seen) == 1 else "; ".join(seen)
+    lossy: dict[str, list[str]] = {}
+    for r in records:
+        for rule, decs in (r.get("lossy_rules") or {}).items():
+            lossy.setdefault(rule, []).extend(d for d in decs if d not in lossy.get(rule, []))
+    out.update(decoders=rows, controls=controls, lossy_rules=lossy,
+               failed=[f"{r['decoder']} [{r['config']}] {r['setting']}" for r in rows
+                       if r["status"] == "tested" and not row_passes(r, first["alpha"])],
+               controls_rejected=bool(controls) and all(c["p_value"] < first["alpha"] for c in controls))
+    real = [r["real_model"] for r in records if r.get("real_model")]
+    if real:
+        out["real_model"] = {**real[0], "rows": [row for x in real for row in x["rows"]]}
+    return out
 
 
 def row_passes(row: Mapping, alpha: float) -> bool:

@@ -119,9 +119,17 @@ def kept_cost_curves(profile: Profile) -> list[str]:
     return sorted(p.stem for p in (Path(profile.results_root) / "cross" / "raw" / "cost_curves").glob("*.jsonl"))
 
 
+def sampling_parts(profile: Profile) -> list[str]:
+    """The exact-distribution check's parts, for ``{sampling_parts}`` (rule ``sampling_part``, one
+    record each under ``cross/raw/sampling/``): the negative controls, then each decoder of the
+    profile's ``sampling_report.decoders``; none without that section."""
+    section = profile.raw.get("sampling_report")
+    return ["controls", *section["decoders"]] if section else []
+
+
 # artifact-pattern names computed from the config rather than read at a dotted path
 _COMPUTED = {"cross_components": cross_components, "cross_joined": cross_joined, "study_labels": study_labels,
-             "study_stats": study_stats, "kept_cost_curves": kept_cost_curves}
+             "study_stats": study_stats, "kept_cost_curves": kept_cost_curves, "sampling_parts": sampling_parts}
 
 
 def _values(profile: Profile, path: str) -> list[str]:

@@ -7,7 +7,8 @@
 # target model samples (after temperature, top-k and top-p, in transformers' order): speculative sampling's
 # acceptance rule, recursive rejection on a drafted tree, or keeping only what the target itself would have
 # drawn. This table checks that claim for every registered lossless decoder (`tools/sampling_report.py`,
-# rule `sampling_report`, record `cross/raw/sampling_report.json`). On a tiny random LLaMA made peaked, the
+# rule `sampling_part`: a record per decoder and one of the controls under `cross/raw/sampling/`, merged
+# here). On a tiny random LLaMA made peaked, the
 # exact distribution of the first new tokens is enumerated; each decoder option set then draws that many
 # sequences with seeds 0..N-1 and a G-test compares the counts with the enumeration (cells expected below 5
 # pooled; a sequence of probability 0 fails outright). A row passes when the test does not reject at alpha
@@ -21,10 +22,11 @@ import json
 from pathlib import Path
 
 from common.harness.render import Render
-from common.harness.sampling_tables import lossy_note, sampling_meta, sampling_table, sampling_verdicts
+from common.harness.sampling_tables import (lossy_note, merge_records, sampling_meta, sampling_table,
+                                            sampling_verdicts)
 
 R = Render(artifact_id, results_root, package, profile, inputs)
-record = json.loads(Path(R.path("sampling_report.json")).read_text())
+record = merge_records([json.loads(Path(p).read_text()) for p in R.inputs], [Path(p).name for p in R.inputs])
 meta = {**sampling_meta(record), "sources": ", ".join(Path(p).name for p in R.inputs)}
 note = lossy_note(record)
 if note:

@@ -10,6 +10,7 @@ two busy cores); ``pytest -m distribution`` runs the full 10 000-draw check (hou
 Each option set's result is printed as a line (rule, statistic, dof, p-value, draws).
 """
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
 import sampling_report as sr  # noqa: E402  (tools/, the check and its 10k-draw record)
 
 from common.engine import acceptance as acc  # noqa: E402
@@ -131,3 +133,22 @@ def test_the_exact_distribution_sums_to_one_and_g_test_accepts_its_own_draws(pea
     counts = Counter(seqs[i] for i in idx.tolist())
     assert sr.g_test(counts, exacts["t1"])["p_value"] > sr.ALPHA
     assert sr.g_test(counts, exacts["t0.9_k6_p0.95"])["p_value"] < sr.ALPHA
+
+
+def test_the_full_profiles_check_every_lossless_decoder():
+    """The workflow runs one part per decoder the profile lists (rule sampling_part): the full
+    profiles must list the registry's every lossless decoder, so a new one cannot go unchecked."""
+    from common.config import load_profile
+    for name in ("embedded", "paper"):
+        listed = load_profile(profile=name).raw["sampling_report"]["decoders"]
+        assert sorted(listed) == sr.lossless_decoders(), name
+
+
+@pytest.mark.parametrize("argv", [["--controls-only", "--decoders", "vanilla"], ["--controls-only", "--model", "x"],
+                                  ["--controls-only", "--no-controls"]])
+def test_part_flags_that_contradict_are_one_error_line(argv, tmp_path):
+    r = subprocess.run([sys.executable, "tools/sampling_report.py", "--out", str(tmp_path / "r.json"), *argv],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().startswith("error:") and len(r.stderr.strip().splitlines()) == 1, \
+        r.stderr
+    assert not (tmp_path / "r.json").exists()

@@ -4,8 +4,9 @@ show as such, in the rows and in the verdicts."""
 import pandas as pd
 import pytest
 
-from common.harness.sampling_tables import (lossy_note, sampling_counts, sampling_meta, sampling_table,
-                                            sampling_verdicts)
+from common.errors import UserError
+from common.harness.sampling_tables import (lossy_note, merge_records, sampling_counts, sampling_meta,
+                                            sampling_table, sampling_verdicts)
 
 ALPHA = 1e-3
 
@@ -86,3 +87,37 @@ def test_header_and_the_lossy_rule_note():
     assert "device" not in sampling_meta(old) and "real model" not in sampling_meta(old)
     assert lossy_note(old) is None
     assert lossy_note(_record()) == "typical (offered by eagle, medusa) is lossy by design: not among the lossless rows"
+
+
+def _parts(rec):
+    """``rec`` cut as the workflow writes it: the controls part, then one part per decoder."""
+    parts = [{**rec, "decoders": [], "lossy_rules": {}, "real_model": None, "code_version": "c0"}]
+    names = dict.fromkeys([*(r["decoder"] for r in rec["decoders"] + rec["real_model"]["rows"]),
+                           *(d for decs in rec["lossy_rules"].values() for d in decs)])
+    for name in names:
+        real = {**rec["real_model"], "rows": [r for r in rec["real_model"]["rows"] if r["decoder"] == name]}
+        parts.append({**rec, "decoders": [r for r in rec["decoders"] if r["decoder"] == name], "controls": [],
+                      "real_model": real, "code_version": "c1",
+                      "lossy_rules": {k: [name] for k, v in rec["lossy_rules"].items() if name in v}})
+    return parts
+
+
+def test_merged_parts_read_as_the_whole_record():
+    """The per-part records merge into what the tool writes whole: same table, counts and verdicts;
+    the header names both code versions the parts ran."""
+    whole = _record()
+    merged = merge_records(_parts(whole))
+    pd.testing.assert_frame_equal(sampling_table(merged), sampling_table(whole))
+    assert sampling_counts(merged) == sampling_counts(whole)
+    assert sampling_verdicts(merged) == sampling_verdicts(whole)
+    assert merged["code_version"] == "c0; c1" and merged["controls_rejected"] is False
+    assert merged["failed"] == ["eagle [mode=static] t1", "lookahead [w=3] t1"]
+
+
+def test_a_part_drawn_under_another_config_is_refused():
+    parts = _parts(_record())
+    parts[2] = {**parts[2], "draws": 10_000}
+    with pytest.raises(UserError, match=r"b\.json differs from a\.json in draws"):
+        merge_records(parts[:1] + parts[2:3], ["a.json", "b.json"])
+    with pytest.raises(UserError, match="no sampling records"):
+        merge_records([])
