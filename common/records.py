@@ -180,6 +180,20 @@ def read_jsonl(path: Path, fix: str = "rerun what wrote it (records are written 
     return load_or_error(path, load, "records file", fix)
 
 
+def settings_diff(old, new, limit: int = 3) -> str:
+    """The first ``limit`` keys on which two settings mappings differ, ``key: old -> new`` with
+    long values cut, and how many more: an error line names what changed, not both mappings."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return "not a settings mapping"
+    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+
+    def short(v) -> str:
+        text = json.dumps(v, sort_keys=True, default=str)
+        return text if len(text) <= 40 else text[:37] + "..."
+    shown = ", ".join(f"{k}: {short(old.get(k))} -> {short(new.get(k))}" for k in keys[:limit])
+    return shown + (f", and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
 class ResumeLog:
     """A run's completed units of work, so an interrupted run continues where it stopped.
 
@@ -240,7 +254,8 @@ class ResumeLog:
         """``{key: records}`` of the completed units (empty for a fresh run); starts the log."""
         identity, done = self.read(self.path)
         if identity is not None and identity != self.identity:  # None: no log, or no complete line in it
-            raise UserError(f"{self.path} holds a partial run with other settings ({identity}); "
+            changed = settings_diff(identity, self.identity)
+            raise UserError(f"{self.path} holds a partial run with other settings ({changed}); "
                             f"delete it to start afresh, or rerun with those settings to resume it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "w") as fh:  # rewritten clean (a torn tail removed)

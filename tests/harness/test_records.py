@@ -81,10 +81,25 @@ def test_resume_log_keeps_units_drops_a_torn_tail_and_refuses_other_settings(tmp
     again = ResumeLog(path, {"n": 4, "decoders": {"vanilla": "vanilla"}})
     assert again.load() == {"81": [{"decoder": "vanilla", "tokens": [1, 2]}], "82": [{"decoder": "vanilla", "tokens": [3]}]}
     assert "83" not in path.read_text()  # the torn line is gone, later appends stay parseable
-    with pytest.raises(UserError, match="other settings"):
+    with pytest.raises(UserError, match=r"other settings \(n: 4 -> 5\)"):
         ResumeLog(path, {"n": 5, "decoders": {"vanilla": "vanilla"}}).load()
     again.remove()
     assert not path.exists()
+
+
+def test_a_resume_error_names_what_changed_in_a_short_line(tmp_path):
+    """The refusal names the first differing settings with long values cut, not both mappings
+    (a benchmark's settings run to ~1,000 characters)."""
+    from common.errors import UserError
+    from common.records import ResumeLog
+
+    path = tmp_path / "run.jsonl"
+    big = {f"k{i}": "x" * 200 for i in range(10)}
+    ResumeLog(path, big).load()
+    with pytest.raises(UserError) as e:
+        ResumeLog(path, {**big, "k1": "y", "k2": "z" * 300, "k3": 1, "k4": [2], "new": 5}).load()
+    msg = str(e.value)
+    assert "k1: " in msg and "-> \"y\"" in msg and "and 2 more" in msg and len(msg) < 400, msg
 
 
 def test_bench_resume_is_refused_on_other_hardware(tmp_path, monkeypatch):
