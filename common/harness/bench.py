@@ -11,6 +11,10 @@ the model's context is an error unless ``--truncate`` asks for a cut (recorded a
 ``prompt_truncated_from`` and said on stderr). ``--temperature``, ``--top-p``, ``--top-k`` and
 ``--seed`` set every decoder's sampling options (a label's own ``--decoder-config`` wins); every
 record states the four values it decoded with (records without them are greedy).
+``--category-temperatures mt-bench`` samples each prompt at its category's temperature instead
+(FastChat's MT-Bench table, as the papers' non-greedy MT-Bench runs do; a decoder that cannot
+sample runs greedy), and ``--acceptance typical`` puts every label whose decoder offers that rule
+on it where a prompt samples (the papers' lossy typical acceptance; the records name the rule).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from ..checks import ArgumentParser, check_device, check_out_path, check_positive_int
-from ..assets.data import load_dataset_samples
+from ..assets.data import CATEGORY_TEMPERATURES, category_temperature, load_dataset_samples
 from ..decoders import DECODERS, decoder_class, get_decoder
 from ..decoders.base import SAMPLING_OPTIONS
 from ..errors import UserError, check_range, cli_main, unknown
@@ -61,6 +65,12 @@ def parse_args(argv=None):
     samp.add_argument("--top-p", type=float, default=None, help="nucleus truncation in (0, 1]; 1 = off")
     samp.add_argument("--top-k", type=int, default=None, help="top-k truncation; 0 = off")
     samp.add_argument("--seed", type=int, default=None, help="seed of each decoder's own generator")
+    samp.add_argument("--category-temperatures", default=None,
+                      help="each prompt at its category's temperature from this table (mt-bench: FastChat's); "
+                           "decoders that cannot sample run greedy; not with --temperature")
+    samp.add_argument("--acceptance", default=None,
+                      help="acceptance rule of every label whose decoder offers it, where a prompt samples "
+                           "(e.g. typical, the papers' lossy option); a label's own acceptance wins")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
@@ -153,7 +163,59 @@ def validate(args) -> tuple[dict[str, str], dict[str, dict]]:
                             f"valid: add vanilla to --decoders")
         # last in the per-prompt order: the pair brackets every other decoder of the prompt
         names[AA_LABEL] = "vanilla"
+    check_per_prompt_sampling(args, names)
     return names, with_sampling(args, names, parse_decoder_config(args.decoder_config, list(names)))
+
+
+def check_per_prompt_sampling(args, names: dict[str, str]) -> None:
+    """``--category-temperatures`` and ``--acceptance``, checked before the model loads: a known
+    table, not beside a run-level temperature; a registered rule that some label's decoder offers."""
+    table, rule = getattr(args, "category_temperatures", None), getattr(args, "acceptance", None)
+    if table is not None:
+        if table not in CATEGORY_TEMPERATURES:
+            raise unknown("--category-temperatures table", table, CATEGORY_TEMPERATURES)
+        if args.temperature is not None:
+            raise UserError("--category-temperatures sets each prompt's temperature; valid: drop --temperature, "
+                            "or drop --category-temperatures")
+    if rule is not None:
+        offering = [label for label, name in names.items() if rule in offered_rules(name)]
+        if not offering:
+            every = sorted({r for name in DECODERS for r in offered_rules(name)})
+            raise UserError(f"--acceptance {rule!r} is offered by none of --decoders {','.join(names)}; valid: "
+                            f"{', '.join(every)} (each where its decoder offers it)")
+        if table is None and not args.temperature:
+            raise UserError(f"--acceptance {rule!r} applies where a prompt samples, but the run is greedy; valid: "
+                            f"add --temperature or --category-temperatures")
+
+
+def offered_rules(name: str) -> tuple[str, ...]:
+    """The acceptance rules decoder ``name`` offers (``acceptance_rules``; none for a decoder
+    without the option)."""
+    return tuple(getattr(decoder_class(name), "acceptance_rules", ()))
+
+
+def instance_configs(args, names: dict[str, str], cfgs: dict[str, dict], temperatures) -> dict[str, dict]:
+    """``{label: {temperature or None: options}}``: one decoder instance per temperature a label
+    decodes at. Without ``--category-temperatures`` one instance (key None) with the label's
+    options; with it, a label that can sample and sets no temperature of its own gets one per
+    temperature in ``temperatures`` (the prompts' categories), under ``--acceptance`` where it
+    offers that rule and the temperature is above 0; the rest one greedy instance."""
+    table, rule = getattr(args, "category_temperatures", None), getattr(args, "acceptance", None)
+    out = {}
+    for label, name in names.items():
+        cfg = cfgs.get(label, {})
+        if table is None or "temperature" in cfg or not decoder_class(name).can_sample():
+            one = {**cfg, "acceptance": rule} if (rule and rule in offered_rules(name) and cfg.get("temperature")
+                                                  and "acceptance" not in cfg) else cfg
+            out[label] = {None: one}
+            continue
+        out[label] = {}
+        for t in sorted(set(temperatures)):
+            c = {**cfg, "temperature": t}
+            if rule and t > 0 and rule in offered_rules(name) and "acceptance" not in cfg:
+                c["acceptance"] = rule
+            out[label][t] = c
+    return out
 
 
 def with_sampling(args, names: dict[str, str], cfgs: dict[str, dict]) -> dict[str, dict]:
@@ -185,14 +247,18 @@ def run(args) -> list[dict]:
     torch.manual_seed(0)
     model, tok = load_model(args.model, dtype=args.dtype, device=args.device, fast=not args.stock)
     prompts = encode_prompts(args, samples, model, tok)
-    decoders = {}
+    table = getattr(args, "category_temperatures", None)
+    temps = [category_temperature(table, s.category) for s in samples] if table else []
+    variants = instance_configs(args, names, cfgs, temps)
+    decoders: dict[str, dict] = {}
     try:
         for label, name in names.items():
-            decoders[label] = get_decoder(name, model, tok, **cfgs.get(label, {}))
-        return _bench(args, samples, prompts, decoders, dataset, cfgs)
+            decoders[label] = {t: get_decoder(name, model, tok, **c) for t, c in variants[label].items()}
+        return _bench(args, samples, prompts, decoders, dataset, variants, temps)
     finally:
-        for d in decoders.values():
-            d.close()
+        for inst in decoders.values():
+            for d in inst.values():
+                d.close()
 
 
 def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
@@ -229,6 +295,14 @@ def encode_prompts(args, samples, model, tok) -> list[tuple[torch.Tensor, int]]:
     return out
 
 
+def variants_for_identity(variants: dict[str, dict]) -> dict[str, dict]:
+    """A run's decoder options as its resume identity: ``{label: options}`` where a label has one
+    instance (as before per-prompt temperatures existed), ``{label: {"t=<T>": options}}`` where
+    it has one per temperature."""
+    return {label: inst[None] if list(inst) == [None] else {f"t={t}": c for t, c in inst.items()}
+            for label, inst in variants.items()}
+
+
 def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
     """Where ``--resume`` keeps the completed prompts of a run writing ``args.out``, and the
     settings a continuation must share (everything that changes a record but the code). The
@@ -236,6 +310,7 @@ def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
     another machine (a later session may get another CPU) would mix two machines' timings."""
     identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "template", "max_new_tokens", "max_prompt_tokens",
                                               "truncate", "dtype", "device", "threads", "stock", "profile")}
+    identity.update({k: getattr(args, k, None) for k in ("category_temperatures", "acceptance")})
     return ResumeLog.for_output(args.out, {**identity, "hardware": describe(args.device), "decoders": names,
                                            "decoder_config": cfgs})
 
@@ -253,30 +328,39 @@ def model_digest(model: str) -> dict[str, str]:
     return {"model_digest": content_digest(model)} if Path(model).is_dir() else {}
 
 
-def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
-    resume = resume_log(args, {k: d.name for k, d in decoders.items()}, cfgs) if args.resume else None
+def _bench(args, samples, prompts, decoders, dataset, variants, temps=()) -> list[dict]:
+    """Every prompt through every label's decoder, interleaved. ``decoders``/``variants``:
+    ``{label: {temperature or None: decoder / its options}}`` (:func:`instance_configs`);
+    ``temps``: each prompt's temperature where the run samples per category."""
+    names = {label: next(iter(inst.values())).name for label, inst in decoders.items()}
+    resume = resume_log(args, names, variants_for_identity(variants)) if args.resume else None
     done = resume.load() if resume else {}
     if done:
         print(f"bench: resuming {args.out}: {len(done)} of {len(samples)} prompts done ({resume.path})",
               file=sys.stderr)
-    for d in decoders.values():  # warm-up: allocator, kernels, lazy inits
-        d.generate(prompts[0][0], min(8, args.max_new_tokens))
+    for inst in decoders.values():  # warm-up: allocator, kernels, lazy inits
+        for d in inst.values():
+            d.generate(prompts[0][0], min(8, args.max_new_tokens))
     device = describe(args.device)
     meta = {"model": args.model, "dataset": dataset, "profile": args.profile, "device": device,
             "code_version": args.code_version, "forward_path": "stock" if args.stock else "fast",
             "few_rows_kernels": {} if args.stock else few_rows_kernels(),  # chosen by the warm-up's steps
             "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, **model_digest(args.model)}
-    components = {label: component_digests(cfgs.get(label, {})) for label in decoders}
+    if getattr(args, "category_temperatures", None):
+        meta["category_temperatures"] = args.category_temperatures
+    components = {label: component_digests(next(iter(v.values()))) for label, v in variants.items()}
     records = []
     with JsonlWriter(args.out) as out:
-        for s, (ids, full) in tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt"):
+        for i, (s, (ids, full)) in enumerate(tqdm(list(zip(samples, prompts)), desc="bench", unit="prompt")):
             if s.question_id in done:
                 for rec in done[s.question_id]:
                     out.write(rec)
                     records.append(rec)
                 continue
             unit = []
-            for name, d in decoders.items():
+            for name, inst in decoders.items():
+                key = temps[i] if temps and temps[i] in inst else None
+                d, cfg = inst[key], variants[name][key]
                 with PeakMemory(args.device) as mem:
                     o = d.generate(ids, args.max_new_tokens)
                 st = o.stats
@@ -285,7 +369,7 @@ def _bench(args, samples, prompts, decoders, dataset, cfgs) -> list[dict]:
                        "accept_lengths": st["accept_lengths"], "wall_time": st["wall_time"],
                        "peak_mem_bytes": mem.peak, "mem_growth_bytes": mem.growth,
                        "prompt_tokens": int(ids.shape[1]), **meta, **d.sampling,
-                       "decoder_config": cfgs.get(name, {}), "components": components[name],
+                       "decoder_config": cfg, "components": components[name],
                        "extra": {k: v for k, v in st.items() if k not in STANDARD}}
                 if d.tokenizer is not None:  # quality metrics read text, not ids (notebooks load no tokenizer)
                     rec["text"] = d.tokenizer.decode(o.tokens, skip_special_tokens=True)
