@@ -7,7 +7,7 @@ from common.assets.models import MODELS, checkpoint_dir
 from common.config import RESULT_PLACEHOLDERS, bench_decoders, group_config, labels_config
 from common.workflow.artifacts import eagle3_recipes, missing_records, sampling_parts
 from common.workflow.commands import (answer_set_command, bench_command, eagle_flags, head_train_flags,
-                                     section_bench_command, stopping_flags, teacher_command)
+                                     sampling_flags, section_bench_command, stopping_flags, teacher_command)
 from common.workflow.resources import rule_resources as _rule_resources
 
 
@@ -174,36 +174,36 @@ def group_decoder_config(wildcards):
     return with_components(group_config(P, wildcards.group))
 
 
-def _section_bench(section, wildcard, what, name):
+def _section_bench(section, wildcard, what, name, key="bench"):
     """A wildcards function of a paper section's benchmark rule: ``what`` applied to the decoder
-    labels it runs on the dataset of ``wildcard`` (``bench/decoders_by_dataset`` may narrow
-    them per dataset)."""
+    labels it runs on the dataset of ``wildcard`` (``<key>/decoders_by_dataset`` may narrow
+    them per dataset); ``key``: the section's benchmark entry (``bench``, or e.g. ``sampled``)."""
     def fn(wildcards):
-        return what(bench_decoders(P.raw[section]["bench"], wildcards[wildcard]))
-    fn.__name__ = f"{section}_bench_{name}"
+        return what(bench_decoders(P.raw[section][key], wildcards[wildcard]))
+    fn.__name__ = f"{section}_{key}_{name}"
     return fn
 
 
-def section_bench_inputs(section, wildcard):
+def section_bench_inputs(section, wildcard, key="bench"):
     """Input function: the model and the components those decoders name."""
-    return _section_bench(section, wildcard, lambda ls: components_of(labels_config(P, ls)), "inputs")
+    return _section_bench(section, wildcard, lambda ls: components_of(labels_config(P, ls)), "inputs", key)
 
 
-def section_bench_decoders(section, wildcard):
+def section_bench_decoders(section, wildcard, key="bench"):
     """Param function: the decoder labels, comma-separated."""
-    return _section_bench(section, wildcard, ",".join, "decoders")
+    return _section_bench(section, wildcard, ",".join, "decoders", key)
 
 
-def section_bench_config(section, wildcard):
+def section_bench_config(section, wildcard, key="bench"):
     """Param function: the decoders' options as JSON (component placeholders replaced)."""
-    return _section_bench(section, wildcard, lambda ls: with_components(labels_config(P, ls)), "config")
+    return _section_bench(section, wildcard, lambda ls: with_components(labels_config(P, ls)), "config", key)
 
 
-def section_bench_prompts(section, wildcard):
+def section_bench_prompts(section, wildcard, key="bench"):
     """Param function: the prompts the section's benchmark runs on the dataset of ``wildcard``."""
     def fn(wildcards):
-        return P.raw[section]["bench"]["datasets"][wildcards[wildcard]]
-    fn.__name__ = f"{section}_bench_prompts"
+        return P.raw[section][key]["datasets"][wildcards[wildcard]]
+    fn.__name__ = f"{section}_{key}_prompts"
     return fn
 
 

@@ -76,6 +76,25 @@ rule pd_bench:
     shell: section_bench_command("pdset")
 
 
+# Table 1 and Figure 4 as the paper ran them (artifact pd.sampled): MT-Bench at FastChat's per-category
+# temperatures, Medusa and prompt decoding on typical acceptance (lossy; greedy where a category's temperature
+# is 0), vanilla sampling at the same temperatures; config prompt_decoding.sampled, resumable.
+if "sampled" in PD:
+    rule pd_sampled_bench:
+        input: section_bench_inputs("prompt_decoding", "pdsampled", "sampled")
+        output: f"{PD_RAW}/sampled_{{pdsampled}}.jsonl"
+        conda: "../env.yml"
+        log: f"{LOGS}/pd_sampled_bench_{{pdsampled}}.log"
+        benchmark: f"{BENCH}/pd_sampled_bench_{{pdsampled}}.tsv"
+        threads: rule_threads("pd_sampled_bench")
+        resources: **rule_resources("pd_sampled_bench")
+        params:
+            env=ENV, py=PY, p=P, b=PD["sampled"], n=section_bench_prompts("prompt_decoding", "pdsampled", "sampled"),
+            decoders=section_bench_decoders("prompt_decoding", "pdsampled", "sampled"),
+            dcfg=section_bench_config("prompt_decoding", "pdsampled", "sampled"), sampling=sampling_flags(PD["sampled"]),
+        shell: section_bench_command("pdsampled", aa=True, sampled=True)
+
+
 # pd.spec (section 5.3): vanilla, speculative and pd_speculative (prompt decoding inside the draft),
 # each drafter at every gamma of config prompt_decoding.spec, all on variant draft's base, interleaved
 # per prompt; resumable.

@@ -558,7 +558,8 @@ def decoding_of(record: dict) -> dict:
     ``method_params``); {} for greedy decoding (temperature 0 or none named)."""
     opts = {**(record.get("method_params") or {}), **(record.get("decoder_config") or {})}
     opts.update({k: record[k] for k in SAMPLING_FIELDS if k in record})
-    out = {k: opts[k] for k in SAMPLING_FIELDS if opts.get(k)}
+    # the defaults change nothing (top-p 1 and top-k 0 truncate nothing): a bench record names all four
+    out = {k: opts[k] for k in SAMPLING_FIELDS if opts.get(k) and not (k == "top_p" and float(opts[k]) >= 1.0)}
     if out and opts.get("acceptance"):
         out["acceptance"] = opts["acceptance"]
     return out
@@ -571,20 +572,29 @@ def decoding_line(records: Iterable[dict]) -> str | None:
     decoded_ = [r for r in records if is_decoded(r)]
     if not decoded_:
         return None
-    sampled: dict[str, str] = {}
+    sampled: dict[str, list[str]] = {}
+    greedy_too: set[str] = set()  # labels with greedy records beside sampled ones (per-category temperatures)
     for r in decoded_:
         d = decoding_of(r)
-        if d:
-            label = r.get("decoder") or r.get("method") or "records"
-            rule = d.pop("acceptance", None)
-            what = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in d.items())
-            sampled[label] = what + (f", acceptance {rule}" if rule else
-                                     ", acceptance by the decoder's default sampling rule" if r.get("decoder") else "")
+        label = r.get("decoder") or r.get("method") or "records"
+        if not d:
+            greedy_too.add(label)
+            continue
+        rule = d.pop("acceptance", None)
+        what = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in d.items())
+        what += (f", acceptance {rule}" if rule else
+                 ", acceptance by the decoder's default sampling rule" if r.get("decoder") else "")
+        if what not in sampled.setdefault(label, []):
+            sampled[label].append(what)
     if not sampled:
         return "greedy (temperature 0 in every record)"
+    per = {k: " or ".join(v) + (" (greedy where the prompt's temperature is 0)" if k in greedy_too else "")
+           for k, v in sampled.items()}
+    tables = sorted({str(r["category_temperatures"]) for r in decoded_ if r.get("category_temperatures")})
+    head = f"each prompt at its category's temperature ({', '.join(tables)}) - " if tables else ""
     if len(sampled) == len({r.get("decoder") or r.get("method") for r in decoded_}):
-        return "sampled: " + "; ".join(f"{k}: {v}" for k, v in sampled.items())
-    return "greedy, except " + "; ".join(f"{k}: {v}" for k, v in sampled.items())
+        return head + "sampled: " + "; ".join(f"{k}: {v}" for k, v in per.items())
+    return head + "greedy, except " + "; ".join(f"{k}: {v}" for k, v in per.items())
 
 
 def cut_line(what: str, ours: Iterable, paper: Iterable) -> str | None:

@@ -13,27 +13,36 @@ from typing import Mapping
 
 
 def bench_command(data: str, limits: str, model: str = "{params.p.model}", truncate: str = "",
-                  aa: bool = False) -> str:
+                  aa: bool = False, extra: str = "") -> str:
     """``python -m common.harness.bench`` of one timing rule (decoders ``{params.decoders}``,
     their options ``{params.dcfg}``, the profile ``{params.p}``), resumable, logged.
 
     ``data`` names the prompts and their count (``--dataset ... --n ...`` or ``--prompts ...
     --n ...``, a template after them), ``limits`` the ``--max-new-tokens`` and
     ``--max-prompt-tokens``; ``truncate`` (``left``, ``last``) where prompts are cut; ``aa`` adds
-    the A/A pair (``vanilla@aa``)."""
+    the A/A pair (``vanilla@aa``); ``extra``: more flags (a template, e.g. ``{params.sampling}``)."""
     return ("{params.env} {params.py} -m common.harness.bench --model " + model + " --decoders {params.decoders}"
-            f" {data} {limits}" + (f" --truncate {truncate}" if truncate else "") +
+            f" {data} {limits}" + (f" --truncate {truncate}" if truncate else "") + (f" {extra}" if extra else "") +
             " --dtype {params.p.dtype} --device {params.p.device} --threads {params.p.threads}"
             " --profile {params.p.name}" + (" --aa" if aa else "") +
             " --decoder-config '{params.dcfg}' --resume --out {output} > {log} 2>&1")
 
 
-def section_bench_command(wildcard: str, aa: bool = False) -> str:
+def section_bench_command(wildcard: str, aa: bool = False, sampled: bool = False) -> str:
     """:func:`bench_command` of a section's benchmark of one dataset (the ``wildcard``): its
-    prompts ``{params.n}`` and lengths ``{params.b}`` (the section's ``bench`` or ``spec``)."""
+    prompts ``{params.n}`` and lengths ``{params.b}`` (the section's ``bench`` or ``spec``);
+    ``sampled``: its sampling flags ``{params.sampling}`` (:func:`sampling_flags`)."""
     return bench_command(f"--dataset {{wildcards.{wildcard}}} --n {{params.n}}",
                          "--max-new-tokens {params.b[max_new_tokens]} --max-prompt-tokens {params.b[max_prompt_tokens]}",
-                         aa=aa)
+                         aa=aa, extra="{params.sampling}" if sampled else "")
+
+
+def sampling_flags(bench: Mapping) -> str:
+    """The benchmark's sampling flags from a section benchmark's ``sampling`` entry (none: greedy):
+    ``temperature`` or ``category_temperatures``, ``acceptance``, ``top_p``, ``top_k``, ``seed``."""
+    s = bench.get("sampling") or {}
+    return " ".join(f"--{k.replace('_', '-')} {s[k]}" for k in
+                    ("temperature", "category_temperatures", "acceptance", "top_p", "top_k", "seed") if k in s)
 
 
 def teacher_command() -> str:

@@ -179,6 +179,13 @@ def test_headers_state_prompts_per_cell_and_decoding(tmp_path):
     assert decoding_line(mixed) == "greedy, except spec@t1: temperature 1.0, acceptance typical"
     topk = [{"question_id": 0, "method": "top_k", "method_params": {"top_k": 3}, "tokens": [1]}]
     assert decoding_line(topk) == "sampled: top_k: top-k 3"
+    # per-category temperatures: each label's temperatures named, greedy prompts said, the table named
+    cat = [{**_rec(0, "medusa", temperature=0.7, acceptance="typical"), "category_temperatures": "mt-bench"},
+           {**_rec(1, "medusa", temperature=0.1, acceptance="typical"), "category_temperatures": "mt-bench"},
+           {**_rec(2, "medusa"), "category_temperatures": "mt-bench"}]
+    assert decoding_line(cat) == ("each prompt at its category's temperature (mt-bench) - sampled: medusa: temperature "
+                                  "0.7, acceptance typical or temperature 0.1, acceptance typical (greedy where the "
+                                  "prompt's temperature is 0)")
     meta = measured_header({"model": "m", "sources": "s"}, same)
     assert list(meta) == ["model", "prompts", "decoding", "sources"]
     write_table(pd.DataFrame({"a": [1]}), "t", tmp_path, {"model": "m"}, runs=uneven)
