@@ -71,6 +71,24 @@ rule study_bench:
     shell: section_bench_command("studyset", aa=True)
 
 
+# The study at temperature > 0 (config study.sampled, artifact study.sampled): the lossless decoders that sample,
+# per dataset, interleaved per prompt with vanilla (sampling at the same settings) and its A/A pair; resumable.
+if "sampled" in P.raw.get("study", {}):
+    rule study_sampled_bench:
+        input: section_bench_inputs("study", "sampledset", "sampled")
+        output: f"{ROOT}/cross/raw/sampled_study_{{sampledset}}.jsonl"
+        conda: "../env.yml"
+        log: f"{LOGS}/study_sampled_bench_{{sampledset}}.log"
+        benchmark: f"{BENCH}/study_sampled_bench_{{sampledset}}.tsv"
+        threads: rule_threads("study_sampled_bench")
+        resources: **rule_resources("study_sampled_bench")
+        params:
+            env=ENV, py=PY, p=P, b=P.raw["study"]["sampled"], n=section_bench_prompts("study", "sampledset", "sampled"),
+            decoders=section_bench_decoders("study", "sampledset", "sampled"),
+            dcfg=section_bench_config("study", "sampledset", "sampled"), sampling=sampling_flags(P.raw["study"]["sampled"]),
+        shell: section_bench_command("sampledset", aa=True, sampled=True)
+
+
 # EAGLE-3's ablation (config eagle3_ablation, artifact cross.eagle3): the decoders drafting with each head
 # compared, interleaved per prompt with vanilla and its A/A pair, one job per dataset, resumable by prompt.
 if "eagle3_ablation" in P.raw:

@@ -88,6 +88,30 @@ def per_category(records: list[dict], categories: list[str]) -> pd.DataFrame:
     return out
 
 
+def sampled_rows(greedy: list[dict], sampled: list[dict]) -> pd.DataFrame:
+    """The study at temperature > 0 beside greedy, one row per decoder (vanilla and its A/A pair
+    left out), over the prompts the sampled runs decoded: speedup over the sampled vanilla with
+    its 95% interval, τ, and the same decoder's greedy speedup and τ on those prompts
+    (``question_id``s as the study makes them unique), ``tau_vs_greedy`` = τ / greedy τ (what
+    EAGLE and Spec-Bench report beside sampled speedups). A decoder without greedy records on
+    those prompts has its greedy columns empty.
+
+    Returns:
+        a DataFrame: decoder, prompts, speedup, speedup_lo, speedup_hi, tau, greedy_speedup,
+        greedy_tau, tau_vs_greedy.
+    """
+    qids = {r["question_id"] for r in sampled}
+    g = summarize([r for r in greedy if r["question_id"] in qids]).set_index("decoder")
+    s = summarize(sampled)
+    s = s[~s.decoder.isin(["vanilla", AA_LABEL])]
+    out = pd.DataFrame({"decoder": s.decoder, "prompts": s.prompts, "speedup": s.speedup, "speedup_lo": s.speedup_lo,
+                        "speedup_hi": s.speedup_hi, "tau": s.mean_accepted_length,
+                        "greedy_speedup": s.decoder.map(g["speedup"]) if "speedup" in g else None,
+                        "greedy_tau": s.decoder.map(g["mean_accepted_length"])})
+    out["tau_vs_greedy"] = out.tau / out.greedy_tau
+    return out.reset_index(drop=True)
+
+
 def fastest_lines(long: pd.DataFrame) -> list[str]:
     """Per category of :func:`per_category`'s table: the fastest lossless method, its speedup and
     its margin over the next one, against the category's A/A spread (a margin within it is a tie)."""

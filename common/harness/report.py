@@ -377,6 +377,10 @@ def check_settings(records: list[dict], options: dict, source: str, where: str) 
                          + "; valid: records of the configured settings (rerun it with --config rerun=true)")
 
 
+# decoder options a run sets for every label (common.harness.bench's sampling flags)
+RUN_SAMPLING = ("temperature", "top_p", "top_k", "seed", "acceptance")
+
+
 def stale_settings(records: list[dict], options: dict) -> dict[str, tuple[dict, dict]]:
     """The labels whose records ran with other decoder options than ``options`` (label -> the
     config's options) sets: ``{label: (options recorded, options configured)}``, each without
@@ -385,7 +389,8 @@ def stale_settings(records: list[dict], options: dict) -> dict[str, tuple[dict, 
     ``decoder_config`` field (older than it), and labels ``options`` does not name (whose options
     are not the config's to say), are not judged. An option the config sets and a record does
     not name (older than the option) is read as the option's ``legacy`` value, when it declares
-    one (:class:`common.decoders.base.Option`)."""
+    one (:class:`common.decoders.base.Option`). The run-level sampling options
+    (:data:`RUN_SAMPLING`) are judged only where the config sets them for the label."""
     def masked(ran, conf):
         # where the config names a component, the record holds its folder: compare the name
         if placeholder(conf) is not None:
@@ -404,7 +409,10 @@ def stale_settings(records: list[dict], options: dict) -> dict[str, tuple[dict, 
         if "decoder_config" not in r or label in out or label not in options:
             continue
         configured = options[label]
-        recorded = r["decoder_config"] or {}
+        # the run's own sampling (the benchmark's --temperature, --category-temperatures, --acceptance ...,
+        # a section's sampling entry) is recorded per label; unless the label's options set it, it is the
+        # run's to say (each table's decoding line states it), not a stale label setting
+        recorded = {k: v for k, v in (r["decoder_config"] or {}).items() if k in configured or k not in RUN_SAMPLING}
         recorded = {**legacy_values(label, set(configured) - set(recorded)), **recorded}
         ran, now = plain(recorded, configured), plain(configured, configured)
         if ran != now:

@@ -125,6 +125,12 @@ def test_a_run_must_hold_its_configured_settings():
     assert stale_settings([{"decoder": "bild@noloss"}, {**van, "decoder": "other", "decoder_config": {"x": 1}}], options) == {}
     dropped = {"decoder": "bild@noloss", "decoder_config": {"fallback_threshold": 0.4}}  # an option since added
     assert set(stale_settings([dropped], options)) == {"bild@noloss"}
+    # the run's sampling (a sampled section's flags) is the run's to say, unless the label's options set it
+    sampled = ran(0.4, 2.0)
+    sampled["decoder_config"].update(temperature=1.0, seed=0, acceptance="typical")
+    assert stale_settings([sampled], options) == {}
+    pinned = {"bild@noloss": {**options["bild@noloss"], "temperature": 0.5}}
+    assert set(stale_settings([sampled], pinned)) == {"bild@noloss"}
 
 
 def test_step_times_by_hand():
