@@ -40,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -73,6 +74,8 @@ SETTINGS = {"t1": {"temperature": 1.0},
 # decoder fails by chance with probability ~1e-3 per test only when its code changes; a broken
 # rule gives p-values many orders below (the controls show how far).
 ALPHA = 1e-3
+# progress bars on stderr: the command line's hours of draws show them, the tests' short checks do not
+PROGRESS = False
 MIN_EXPECTED = 5.0
 # The negative controls: vanilla at this temperature tested against the temperature-1
 # distribution (KL 0.4 nats over the 3 counted tokens; 1.25 gives 0.1, too close to be
@@ -218,8 +221,10 @@ def rule_of(decoder) -> str:
     return rule.name if rule is not None else "target"
 
 
-def draw(decoder, ids: torch.Tensor, seeds, counted: int = COUNTED, max_new: int = MAX_NEW) -> Counter:
-    """Counts of the first ``counted`` tokens over one ``generate`` per seed.
+def draw(decoder, ids: torch.Tensor, seeds, counted: int = COUNTED, max_new: int = MAX_NEW,
+         desc: str | None = None) -> Counter:
+    """Counts of the first ``counted`` tokens over one ``generate`` per seed; ``desc``: a progress
+    bar on stderr under that name (hours of draws at the record's size), none without it.
 
     One instance serves every seed: the contract draws from a generator made afresh at each
     call from ``cfg["seed"]`` (``Decoder.generator``), so setting the seed between calls equals
@@ -227,7 +232,7 @@ def draw(decoder, ids: torch.Tensor, seeds, counted: int = COUNTED, max_new: int
     checks that equality on one seed for every option set.
     """
     counts: Counter = Counter()
-    for s in seeds:
+    for s in tqdm(seeds, desc=desc, unit="draw", disable=desc is None, mininterval=30):
         decoder.cfg["seed"] = s
         counts[tuple(decoder.generate(ids, max_new).tokens[:counted])] += 1
     return counts
@@ -265,7 +270,7 @@ def check_config(name: str, cfg: dict, model, exacts: dict, n: int, prompt=PROMP
             continue
         try:
             t0 = time.perf_counter()
-            counts = draw(dec, ids, range(n))
+            counts = draw(dec, ids, range(n), desc=f"{name} [{row['config']}] {label}" if PROGRESS else None)
             seconds = (time.perf_counter() - t0) / n
             fresh = get_decoder(name, model, **cfg, **setting, seed=n - 1)   # dec's seed is n - 1 now
             again = fresh.generate(ids, MAX_NEW).tokens
@@ -350,8 +355,9 @@ def control_rows(model, n: int, exacts: dict) -> list[dict]:
     ids = torch.tensor([list(PROMPT)], device=model.device)
     with wrong_rule("speculative"):
         dec = get_decoder("speculative", model, draft=model, temperature=1.0, acceptance=WRONG_RULE)
-        wrong = draw(dec, ids, range(n))
-    hot = draw(get_decoder("vanilla", model, temperature=WRONG_TEMPERATURE), ids, range(n))
+        wrong = draw(dec, ids, range(n), desc="control: accept_p" if PROGRESS else None)
+    hot = draw(get_decoder("vanilla", model, temperature=WRONG_TEMPERATURE), ids, range(n),
+               desc="control: wrong temperature" if PROGRESS else None)
     return [{"control": f"speculative (draft: the target) with acceptance={WRONG_RULE} (keeps x with p(x))",
              "rule": WRONG_RULE, **g_test(wrong, exacts["t1"])},
             {"control": f"vanilla at temperature {WRONG_TEMPERATURE} against temperature 1", "rule": "target",
@@ -379,7 +385,8 @@ def real_model_rows(model_name: str, n: int, prompts: int, workdir: Path, decode
             try:
                 cfg = decoder_class(name).test_configs(model, workdir)[0]
                 dec = get_decoder(name, model, tok, **cfg, temperature=1.0)
-                counts = draw(dec, ids, range(n), REAL_COUNTED, REAL_COUNTED + 1)
+                counts = draw(dec, ids, range(n), REAL_COUNTED, REAL_COUNTED + 1,
+                              desc=f"{name} on {model_name}" if PROGRESS else None)
                 dec.close()
             except UserError as e:
                 rows.append({**row, "status": "not run", "reason": str(e)})
@@ -446,6 +453,8 @@ def main(argv=None) -> None:
     part.add_argument("--controls-only", action="store_true",
                       help="only the negative controls (no decoder, no --model run): the controls part")
     args = ap.parse_args(argv)
+    global PROGRESS
+    PROGRESS = True
     out = check_out_path(args.out)
     check_positive_int("--draws", args.draws)
     check_positive_int("--real-draws", args.real_draws)
