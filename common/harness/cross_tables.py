@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..config import AA_LABEL
+from pathlib import Path
+
+from ..config import AA_LABEL, bench_decoders, labels_config
 from ..errors import UserError
-from .report import aa_spread, extra_memory, host_caveat, hosts, limits, stats_match, step_times, summarize
+from ..records import read_jsonl
+from .report import (aa_spread, check_decoders, extra_memory, host_caveat, hosts, limits, stats_match, step_times,
+                     summarize)
+from .specbench import category_of
 
 
 # --- cross.table / cross.fig -------------------------------------------------------------------
@@ -86,6 +91,25 @@ def per_category(records: list[dict], categories: list[str]) -> pd.DataFrame:
     exact = {d: s.split("/")[0] == s.split("/")[1] for d, s in zip(overall.decoder, overall.identical_to_vanilla)}
     out["lossless"] = out.decoder.map(exact)
     return out
+
+
+def study_runs(paths, prefix: str, bench: dict, where: str, profile) -> dict[str, list[dict]]:
+    """``{dataset: records}`` of the study runs among ``paths`` named ``<prefix><dataset>.jsonl``,
+    each checked against the decoders (and their options) the config's benchmark entry ``bench``
+    lists for that dataset, plus the A/A pair (``where`` names the entry in the error); every
+    record gets Spec-Bench's ``category`` and a ``question_id`` made unique across datasets
+    (``<dataset>/<id>``)."""
+    runs = {}
+    for p in sorted(Path(p) for p in paths if Path(p).name.startswith(prefix)):
+        recs = read_jsonl(p)
+        ds = p.stem.removeprefix(prefix)
+        labels = [*bench_decoders(bench, ds), AA_LABEL]
+        check_decoders(recs, labels, f"cross/raw/{p.name}", f"{where} (dataset {ds})", labels_config(profile, labels))
+        for r in recs:
+            r["category"] = category_of(r)
+            r["question_id"] = f"{r['dataset']}/{r['question_id']}"
+        runs[ds] = recs
+    return runs
 
 
 def sampled_rows(greedy: list[dict], sampled: list[dict]) -> pd.DataFrame:

@@ -21,29 +21,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.config import AA_LABEL, bench_decoders, labels_config, placeholder
+from common.config import AA_LABEL, labels_config, placeholder
 from common.workflow.artifacts import study_section
-from common.records import read_jsonl
-from common.harness.cross_tables import fastest_lines, per_category
+from common.harness.cross_tables import fastest_lines, per_category, study_runs
 from common.harness.render import Render
 from common.cost import cost_of, curve_fits, host_curve, read_cost_curves
-from common.harness.report import (check_decoders, components_line, extra_memory, limits, noise_line, provenance,
-                                   stats_match, step_positions, summarize)
-from common.harness.specbench import category_of, export
+from common.harness.report import (components_line, extra_memory, limits, noise_line, provenance, stats_match,
+                                   step_positions, summarize)
+from common.harness.specbench import export
 
 R = Render(artifact_id, results_root, package, profile, inputs)
 P = dataclasses.replace(R.profile, results_root=results_root)
 study = study_section(P)
-runs = {}  # dataset -> its run's records, question ids made unique across datasets
-for p in sorted(Path(p) for p in R.inputs if Path(p).name.startswith("study_")):
-    recs = read_jsonl(p)
-    ds = p.stem.removeprefix("study_")
-    labels = [*bench_decoders(study["bench"], ds), AA_LABEL]
-    check_decoders(recs, labels, f"cross/raw/{p.name}", f"study.bench (dataset {ds})", labels_config(P, labels))
-    for r in recs:
-        r["category"] = category_of(r)
-        r["question_id"] = f"{r['dataset']}/{r['question_id']}"
-    runs[ds] = recs
+runs = study_runs(R.inputs, "study_", study["bench"], "study.bench", P)  # dataset -> its run's records
 records = [r for recs in runs.values() for r in recs]
 decoders = [d for d in dict.fromkeys(r["decoder"] for r in records) if d != "vanilla"]
 categories = list(dict.fromkeys(r["category"] for r in records))
@@ -366,16 +356,7 @@ R.save_table(orc, orc_meta)
 from common.harness.cross_tables import sampled_rows
 from common.harness.report import decoding_line
 
-sruns = {}  # dataset -> its sampled run's records, question ids made unique as the greedy runs' are
-for p in sorted(Path(p) for p in R.inputs if Path(p).name.startswith("sampled_study_")):
-    recs = read_jsonl(p)
-    ds = p.stem.removeprefix("sampled_study_")
-    labels = [*bench_decoders(study["sampled"], ds), AA_LABEL]
-    check_decoders(recs, labels, f"cross/raw/{p.name}", f"study.sampled (dataset {ds})", labels_config(P, labels))
-    for r in recs:
-        r["category"] = category_of(r)
-        r["question_id"] = f"{r['dataset']}/{r['question_id']}"
-    sruns[ds] = recs
+sruns = study_runs(R.inputs, "sampled_study_", study["sampled"], "study.sampled", P)
 srecs = [r for recs in sruns.values() for r in recs]
 table = sampled_rows(records, srecs)
 kept = table.dropna(subset=["tau_vs_greedy"])
