@@ -146,6 +146,9 @@ def chi2_sf(statistic: float, dof: int) -> float:
     incomplete gamma; torch has it, scipy is not a dependency)."""
     if dof <= 0:
         return 1.0
+    # G of identical counts sums to 0 up to rounding, which can land just below it (-9e-13 on two
+    # identical 500-draw samples): gammaincc of a negative argument is NaN, the tail of 0 is 1
+    statistic = max(statistic, 0.0)
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
                                          torch.tensor(statistic / 2, dtype=torch.float64)))
 
@@ -211,6 +214,7 @@ def two_sample_g(a: Counter, b: Counter, min_expected: float = MIN_EXPECTED) -> 
             if obs:
                 g += 2 * obs * math.log(obs / (n * f))
     dof = len(cells) - 1
+    g = max(g, 0.0)  # a sum of terms that cancel exactly for identical samples, up to rounding
     return {"statistic": g, "dof": dof, "p_value": chi2_sf(g, dof), "samples": [na, nb], "cells": len(cells)}
 
 

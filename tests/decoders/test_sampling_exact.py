@@ -152,3 +152,14 @@ def test_part_flags_that_contradict_are_one_error_line(argv, tmp_path):
     assert r.returncode == 2 and r.stderr.strip().startswith("error:") and len(r.stderr.strip().splitlines()) == 1, \
         r.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_identical_samples_give_p_one_not_nan():
+    """Two identical samples: G is 0 up to rounding, which can land just below 0 (a committed run's
+    two-sample rows read p = NaN); the tail at 0 is 1."""
+    from collections import Counter
+    import math
+    assert sr.chi2_sf(-9e-13, 7) == 1.0 and math.isclose(sr.chi2_sf(0.0, 3), 1.0)
+    c = Counter({(5, 6): 217, (5, 7): 131, (6, 5): 97, (7, 7): 55})
+    r = sr.two_sample_g(c, Counter(c))
+    assert r["statistic"] >= 0.0 and r["p_value"] == 1.0 and r["dof"] == 3
