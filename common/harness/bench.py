@@ -310,7 +310,9 @@ def resume_log(args, names: dict, cfgs: dict) -> ResumeLog:
     another machine (a later session may get another CPU) would mix two machines' timings."""
     identity = {k: getattr(args, k) for k in ("model", "dataset", "prompts", "n", "template", "max_new_tokens", "max_prompt_tokens",
                                               "truncate", "dtype", "device", "threads", "stock", "profile")}
-    identity.update({k: getattr(args, k, None) for k in ("category_temperatures", "acceptance")})
+    # only where set: a greedy run's identity stays what it was, so its earlier resume logs still continue
+    identity.update({k: getattr(args, k) for k in ("category_temperatures", "acceptance")
+                     if getattr(args, k, None) is not None})
     return ResumeLog.for_output(args.out, {**identity, "hardware": describe(args.device), "decoders": names,
                                            "decoder_config": cfgs})
 
