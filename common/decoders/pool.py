@@ -7,7 +7,9 @@ none scores candidates of different sources on one scale or sizes the tree to th
 **Sources** (option ``sources``: a list of ``{name: <kind>, ...that kind's options}``): the
 existing proposers, built by their own decoder classes (so their options are checked there and
 their logic is not copied): ``eagle`` (:class:`~common.decoders.eagle.Eagle`, the head's static
-or dynamic tree), ``suffix`` (:class:`~common.decoders.suffix.Suffix`, the suffix automata),
+or dynamic tree), ``eagle3`` (:class:`~common.decoders.eagle3.Eagle3`: EAGLE-3's head, which reads
+the fused layers' inputs of the pool's own verification forward: the merged proposal asks for every
+source's captured layers), ``suffix`` (:class:`~common.decoders.suffix.Suffix`, the suffix automata),
 ``recycling`` (:class:`~common.decoders.recycling.Recycling`, the successor matrix) and
 ``prompt_lookup`` (transformers' prompt lookup on the shared loop: the continuation of the first
 earlier occurrence of the context's last ``max_ngram`` .. 1 tokens, ``num_tokens`` long, with
@@ -16,7 +18,7 @@ earlier occurrence of the context's last ``max_ngram`` .. 1 tokens, ``num_tokens
 **The merge.** Every source's tree below the same root becomes token sequences; equal prefixes
 are one node of a trie (:func:`~common.decoders.lookahead.token_trie` builds the buffers), which
 remembers every source that proposed it and the source's **bin**: the sibling rank for the
-tree drafters (eagle, recycling: the rank of the draft distribution or of the successor list),
+tree drafters (eagle, eagle3, recycling: the rank of the draft distribution or of the successor list),
 the matched length for the retrieval ones (suffix, prompt lookup; lengths in powers of two).
 
 **Calibration** (online, from this run's own history; ``hot_start`` keeps it across prompts).
@@ -54,10 +56,12 @@ from typing import Callable
 import torch
 
 from ..cost import cost_of, merge_curves
+from ..engine.target import CausalTarget
 from ..errors import UserError
 from ..hardware import describe
 from .base import Option
 from .eagle import Eagle
+from .eagle3 import Eagle3
 from .hf import PromptLookup
 from .lookahead import token_trie
 from .recycling import Recycling
@@ -172,6 +176,12 @@ def _ngram(proposer, state):
     return p, [length_bin(n)] * (p.tree.size - 1)
 
 
+def _told(proposer, result, tree_tokens):
+    # EAGLE-3 reads its next catch-up's features from the pool's verification forward (the captured
+    # layers' rows of the accepted path, indexed in the merged tree as ``result.path`` is)
+    proposer.update(result)
+
+
 def _recycle(proposer, result, tree_tokens):
     # the matrix takes the target's top-k at every node the pool verified (the paper's "all
     # verified positions"), not only its own nodes
@@ -181,6 +191,7 @@ def _recycle(proposer, result, tree_tokens):
 
 SOURCES: dict[str, SourceKind] = {
     "eagle": SourceKind(_decoder_source(Eagle), _ranked, "rank"),
+    "eagle3": SourceKind(_decoder_source(Eagle3), _ranked, "rank", _told),
     "suffix": SourceKind(_decoder_source(Suffix), _suffix, "match length bin"),
     "recycling": SourceKind(_decoder_source(Recycling), _ranked, "rank", _recycle),
     "prompt_lookup": SourceKind(_ngram_build, _ngram, "n-gram bin"),
@@ -302,8 +313,10 @@ class PoolProposer(Proposer):
     def propose(self, state: ProposerState) -> Proposal:
         self.root = state.tokens[-1]
         trie: dict[tuple, dict[str, int]] = {}
+        capture: set[int] = set()   # layers whose inputs a source reads back from the forward (EAGLE-3)
         for name, (kind, proposer) in self.sources.items():
             p, bins = kind.draft(proposer, state)
+            capture.update(p.capture)
             toks, parents = p.tokens.tolist(), p.tree.parents.tolist()
             seqs = [()]
             for i, (tok, b) in enumerate(zip(toks, bins), start=1):
@@ -312,7 +325,9 @@ class PoolProposer(Proposer):
         self.trie = trie
         self.candidates.append(len(trie))
         self.kept = self._cut(trie)
-        return trie_proposal(self.kept, self.dev)
+        merged = trie_proposal(self.kept, self.dev)
+        merged.capture = tuple(sorted(capture))
+        return merged
 
     def node_p(self, seq: tuple, sources: dict[str, int]) -> float:
         return max(self.cal.p(s, len(seq), b) for s, b in sources.items())
@@ -388,8 +403,10 @@ class Pool(TreeDecoder):
 
     @classmethod
     def test_configs(cls, model, workdir):
-        """Every kind with EAGLE's random head; a size cut by a cost list and by a cost-curve file."""
+        """Every kind with EAGLE's random head; a size cut by a cost list and by a cost-curve file;
+        EAGLE-3's random head beside EAGLE's (its features come from the pool's forwards)."""
         static, dynamic = Eagle.test_configs(model, workdir)[:2]
+        e3_dynamic = Eagle3.test_configs(model, workdir)[1]
         curve = Path(workdir) / "pool_cost_curve.jsonl"
         curve.write_text("".join(f'{{"q": {q}, "ms": {ms}, "forward_path": "fast"}}\n'
                                  for q, ms in ((1, 10.0), (2, 11.0), (4, 14.0), (8, 30.0))))
@@ -400,7 +417,9 @@ class Pool(TreeDecoder):
                              {"name": "recycling", "tree": 8, "hot_start": False}],
                  "cost": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0], "hot_start": False},
                 {"sources": [{"name": "eagle", **static}, {"name": "recycling", "tree": 24}],
-                 "cost": str(curve), "prior": [2.0, 8.0]}]
+                 "cost": str(curve), "prior": [2.0, 8.0]},
+                {"sources": [{"name": "eagle3", **e3_dynamic}, {"name": "eagle", **static}, {"name": "suffix"}],
+                 "total": 8}]
 
     def __init__(self, model, tokenizer=None, **cfg):
         super().__init__(model, tokenizer, **cfg)
@@ -409,8 +428,22 @@ class Pool(TreeDecoder):
                             f"{', '.join(SOURCES)}")
         self.factories = {s["name"]: (SOURCES[s["name"]], SOURCES[s["name"]].build(
             model, tokenizer, {k: v for k, v in s.items() if k != "name"})) for s in self.cfg["sources"]}
+        self.share_target()
         self.cost = read_cost(self.cfg["cost"], self.cfg["total"], self.device)
         self.calibration = Calibration(tuple(self.cfg["prior"]))
+
+    def share_target(self) -> None:
+        """Sources whose decoder keeps layers' inputs from the prefill (EAGLE-3's fused layers) get
+        the pool's target, which keeps them all: the pool's prefill is the one their first catch-up
+        reads (later steps read the pool's verification forwards through ``Proposal.capture``)."""
+        owners = [b.__self__ for _, b in self.factories.values()
+                  if getattr(getattr(getattr(b, "__self__", None), "target", None), "capture", ())]
+        layers = sorted({layer for o in owners for layer in o.target.capture})
+        if not layers:
+            return
+        self.target = CausalTarget(self.model, capture=layers)
+        for o in owners:
+            o.target = self.target
 
     def make_proposer(self, input_ids):
         if not self.cfg["hot_start"]:

@@ -15,7 +15,7 @@ from common.decoders.tree_loop import ProposerState, StepResult
 from common.errors import UserError, cli_main
 from common.hardware import describe
 
-VALID = "valid source kinds: eagle, suffix, recycling, prompt_lookup"
+VALID = "valid source kinds: eagle, eagle3, suffix, recycling, prompt_lookup"
 
 
 def _state(tokens, remaining=20, prompt=(1, 2)):
@@ -200,6 +200,27 @@ def test_a_single_source_pool_credits_it_every_accepted_token(chaotic_llama):
     before = cold.calibration
     cold.make_proposer(ids)
     assert cold.calibration is not before and not cold.calibration.pooled
+
+
+def test_eagle3_reads_its_fused_features_from_the_pools_forwards(chaotic_llama, tmp_path):
+    from common.decoders.eagle3 import Eagle3
+    e3 = Eagle3.test_configs(chaotic_llama, tmp_path)[1]
+    dec = get_decoder("pool", chaotic_llama, sources=[{"name": "eagle3", **e3}, {"name": "suffix"}], total=6)
+    layers = tuple(dec.factories["eagle3"][1].__self__.head.layers)
+    # the pool's prefill keeps the fused layers' inputs, and the source reads that target, not its own
+    assert dec.target.capture == layers and dec.factories["eagle3"][1].__self__.target is dec.target
+    ids = torch.tensor([[1, 77, 3, 3, 3, 12, 60, 61]])
+    seen = []
+    proposer = dec.make_proposer(ids)
+    update = proposer.update
+    proposer.update = lambda result: (seen.append((tuple(result.proposal.capture), set(result.verified.captured))),
+                                      update(result))[1]
+    dec.make_proposer = lambda input_ids: proposer
+    out = dec.generate(ids, 12)
+    assert out.tokens == get_decoder("vanilla", chaotic_llama).generate(ids, 12).tokens
+    # every merged proposal asked for the fused layers, and every forward returned them
+    assert seen and all(cap == layers and got == set(layers) for cap, got in seen)
+    assert set(out.stats["pool_accepted"]) == {"eagle3", "suffix"}
 
 
 # -- bad input --------------------------------------------------------------------------------
