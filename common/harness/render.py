@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from ..config import Profile, load_profile
+from ..cost import cost_curve_paths
 from ..workflow.artifacts import Staged, artifact_inputs, check_inputs
 from ..records import read_jsonl
 from . import report
@@ -91,6 +92,13 @@ class Render:
                          if p.endswith(".jsonl") and Path(p).is_file()}
         return self._all
 
+    def evidence_records(self) -> list[dict]:
+        """The records a verdict compares, by default: every declared JSONL input's but the cost
+        curves' (each host's own hardware curve, read per host: :mod:`common.cost`), whose hosts
+        are no part of a comparison."""
+        curves = {Path(p).stem for p in cost_curve_paths(self.inputs)}
+        return [r for name, recs in self.input_runs().items() if name not in curves for r in recs]
+
     @property
     def aa_spread(self) -> float | None:
         """The widest A/A spread among the table's benchmark runs; None when any lacks a pair
@@ -118,7 +126,7 @@ class Render:
         as the paper's trend holding. ``ties``: the (ours, other) accuracies the comparison rests
         on, measured on ``seeds`` seeds; when every gap is a tie (:func:`common.harness.report.tie`,
         ``tol`` default :data:`common.harness.report.ACCURACY_TOL`) the line says so instead of
-        a verdict. ``records``: the records behind it (default: every declared input's); from
+        a verdict. ``records``: the records behind it (default: :meth:`evidence_records`); from
         several hosts, the line says so (:func:`common.harness.report.host_caveat`)."""
         line = report.trend(what, ours, paper)
         head, _, _ = line.partition(" -> ")
@@ -132,8 +140,7 @@ class Render:
             line = f"{head} -> {report.tie_note(tol, seeds)}: no verdict either way"
         elif not evidence:
             line = f"{head} -> consistent, but not a test of the paper's claim"
-        hosts = report.host_caveat(records if records is not None
-                                   else [r for recs in self.input_runs().values() for r in recs])
+        hosts = report.host_caveat(records if records is not None else self.evidence_records())
         if hosts:
             caveat = f"{caveat}, {hosts}" if caveat else hosts
         if gaps and all(report.within_noise(a, b, self.aa_spread) for a, b in gaps):
@@ -243,7 +250,7 @@ class Render:
                 meta = _before_sources(meta, "cut", "; ".join(self.cuts))
             if self.verdicts:
                 meta = _with_verdict(meta, self.verdicts)
-            hosts = report.host_caveat([r for recs in self.input_runs().values() for r in recs])
+            hosts = report.host_caveat(self.evidence_records())
             if hosts and meta.get("verdict") and hosts not in str(meta["verdict"]):
                 # a verdict the notebook stated itself (not through trend) rests on the same records
                 meta["verdict"] = f"{meta['verdict']}; every comparison above: {hosts}"

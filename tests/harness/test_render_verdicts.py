@@ -163,6 +163,25 @@ def test_a_verdict_on_records_from_several_hosts_says_so(R, tmp_path):
     assert "every comparison above: records from 2 hosts" in header(_md(tmp_path))["verdict"]
 
 
+def test_cost_curves_of_other_hosts_are_no_part_of_a_comparison(tmp_path):
+    # each host's cost curve is read for that host's records alone (common.cost), so a table whose
+    # benchmark ran on one host is one-host evidence, whatever curves it declares beside it
+    raw = tmp_path / "cross" / "raw"
+    (raw / "cost_curves").mkdir(parents=True)
+    bench = raw / "bench.jsonl"
+    bench.write_text(json.dumps({"question_id": 1, "decoder": "vanilla", "tokens": [1], "device": "cpu: A"}) + "\n")
+    (raw / "cost_curve.jsonl").write_text(json.dumps({"q": 1, "ms": 1.0, "device": "cpu: B"}) + "\n")
+    (raw / "cost_curves" / "c.jsonl").write_text(json.dumps({"q": 1, "ms": 1.0, "device": "cpu: C"}) + "\n")
+    inputs = [str(bench), str(raw / "cost_curve.jsonl"), str(raw / "cost_curves" / "c.jsonl")]
+    R = Render("cost.fig", str(tmp_path), "cross", "embedded", inputs=inputs)
+    assert [r["device"] for r in R.evidence_records()] == ["cpu: A"]
+    assert "hosts" not in R.trend("faster", [True])
+    other = {"question_id": 1, "decoder": "vanilla", "tokens": [1], "device": "cpu: B"}
+    bench.write_text(bench.read_text() + json.dumps(other) + "\n")
+    R2 = Render("cost.fig", str(tmp_path), "cross", "embedded", inputs=inputs)
+    assert "records from 2 hosts: cpu: A / cpu: B" in R2.trend("faster", [True])
+
+
 def _rec(q, decoder="vanilla", **cfg):
     return {"question_id": q, "decoder": decoder, "tokens": [1], "decoder_config": cfg}
 
