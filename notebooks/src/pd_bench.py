@@ -107,8 +107,10 @@ drafted = srows[~srows.decoder.str.startswith("vanilla")]  # vanilla and its A/A
 print(R.trend("typical acceptance keeps tau at or above greedy's (the paper: its speedup grows with temperature)",
               list(drafted.tau_vs_greedy >= 1.0), over=f"{len(drafted)} decoders, MT-Bench category temperatures",
               records=sampled + benches["mt-bench"]))
-R.save_table(table, {**meta, "decoding": f"mode greedy: {decoding_line(benches['mt-bench'])}; mode sampled: "
-                                         f"{decoding_line(sampled)}"})
+# the two runs' own hosts and code versions (the sampled run may come from another machine than the greedy one)
+R.save_table(table, {**meta, **provenance(benches["mt-bench"] + sampled),
+                     "decoding": f"mode greedy: {decoding_line(benches['mt-bench'])}; mode sampled: "
+                                 f"{decoding_line(sampled)}"})
 
 # %% md [pd.fig5]
 # ## Figure 5: throughput, vanilla vs prompt decoding, per dataset
