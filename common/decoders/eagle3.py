@@ -7,9 +7,10 @@ its own draft vocabulary. The tree machinery is EAGLE's (:class:`common.decoders
 the catch-up on the committed positions, the static and dynamic expansions, each node reading its
 parent's output state, as the training-time test trained it); what changes:
 
-* the committed positions' features: the fused layers' inputs, from the prefill
-  (:class:`~common.engine.target.CausalTarget` with ``capture``) and after each step from the
-  verification forward (``Proposal.capture`` -> ``Verified.captured``, rows of the accepted path);
+* the committed positions' features: the fused layers' inputs, which the proposer names
+  (``capture_layers``) and the tree loop keeps from the prefill and from each verification
+  forward (``ProposerState.captured``: the prompt's rows, then the accepted path's), wherever the
+  proposer runs (its own decoder, or a pool's);
 * the readout: the head's own norm and LM head over its draft vocabulary, mapped to target ids.
 
 Verification is the target's, so the output is exactly greedy's whatever the head proposes (the
@@ -26,11 +27,10 @@ from ..checkpoints import load_trained, save_trained
 from ..components.eagle3_head import CHECKPOINT, Eagle3Head, check_layers_of, default_layers, head_meta, new_head
 from ..engine.fast import pack_like
 from ..engine.forward import num_layers
-from ..engine.target import CausalTarget
 from ..engine.tree import save_tree
 from ..errors import UserError
 from .eagle import Eagle, EagleProposer, checked_rule, sampling_rule_for, stored_tree
-from .tree_loop import Proposal, ProposerState, StepResult, TreeDecoder
+from .tree_loop import Proposal, ProposerState, TreeDecoder
 
 TRAIN_CMD = "python -m common.components.eagle3_head"
 
@@ -40,11 +40,9 @@ class Eagle3Proposer(EagleProposer):
 
     needs_hidden = False  # it reads the fused layers' inputs instead of the final states
 
-    def __init__(self, head, model, target: CausalTarget, mode: str, tree=None, depth: int = 5, topk: int = 8,
-                 total: int = 48):
+    def __init__(self, head, model, mode: str, tree=None, depth: int = 5, topk: int = 8, total: int = 48):
         super().__init__(head, model, mode, tree, depth, topk, total)
-        self.target = target
-        self.pending: torch.Tensor | None = None  # [k, n*H]: the fused layers' inputs of the last committed positions
+        self.capture_layers = tuple(head.layers)
 
     def _top(self, feats: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` most likely draft tokens of each ``[q, H]`` head state: (log-probabilities over
@@ -60,17 +58,10 @@ class Eagle3Proposer(EagleProposer):
         return out.index_copy_(-1, self.head.keep, sub)
 
     def propose(self, state: ProposerState) -> Proposal:
-        if self.pending is None:  # the first step: the prompt's states, kept by the prefill
-            self.pending = torch.cat([self.target.captured[l] for l in self.head.layers], -1)
-        fused = self.head.fuse(self.pending)  # [k, H]
-        proposal = super().propose(dataclasses.replace(state, hidden=fused[None]))
-        proposal.capture = self.head.layers
-        return proposal
-
-    def update(self, result: StepResult) -> None:
-        # the accepted path's rows (root first), in the order the next catch-up pairs them with tokens
-        cap = result.verified.captured
-        self.pending = torch.cat([cap[l][result.path] for l in self.head.layers], -1)
+        # the last committed positions' fused layers' inputs ([k, n*H]: the prompt after the
+        # prefill, then the accepted path, root first), in the order the catch-up pairs them with tokens
+        fused = self.head.fuse(torch.cat([state.captured[l] for l in self.head.layers], -1))  # [k, H]
+        return super().propose(dataclasses.replace(state, hidden=fused[None]))
 
 
 class Eagle3(TreeDecoder):
@@ -134,10 +125,7 @@ class Eagle3(TreeDecoder):
         elif self.cfg["topk"] > drafts:
             raise UserError(f"topk={self.cfg['topk']} exceeds the head's {drafts}-token draft vocabulary; "
                             f"valid: 1..{drafts}")
-        # the prefill keeps the fused layers' inputs of the prompt (the first catch-up reads them)
-        self.target = CausalTarget(model, capture=layers)
 
     def make_proposer(self, input_ids):
         c = self.cfg
-        return Eagle3Proposer(self.head, self.model, self.target, c["mode"], self.tree, c["depth"], c["topk"],
-                              c["total"])
+        return Eagle3Proposer(self.head, self.model, c["mode"], self.tree, c["depth"], c["topk"], c["total"])

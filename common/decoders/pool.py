@@ -8,8 +8,8 @@ none scores candidates of different sources on one scale or sizes the tree to th
 existing proposers, built by their own decoder classes (so their options are checked there and
 their logic is not copied): ``eagle`` (:class:`~common.decoders.eagle.Eagle`, the head's static
 or dynamic tree), ``eagle3`` (:class:`~common.decoders.eagle3.Eagle3`: EAGLE-3's head, which reads
-the fused layers' inputs of the pool's own verification forward: the merged proposal asks for every
-source's captured layers), ``suffix`` (:class:`~common.decoders.suffix.Suffix`, the suffix automata),
+the fused layers' inputs of the pool's own prefill and verification forwards: the pool's proposer
+names every source's ``capture_layers`` and the tree loop keeps them), ``suffix`` (:class:`~common.decoders.suffix.Suffix`, the suffix automata),
 ``recycling`` (:class:`~common.decoders.recycling.Recycling`, the successor matrix) and
 ``prompt_lookup`` (transformers' prompt lookup on the shared loop: the continuation of the first
 earlier occurrence of the context's last ``max_ngram`` .. 1 tokens, ``num_tokens`` long, with
@@ -56,7 +56,6 @@ from typing import Callable
 import torch
 
 from ..cost import cost_of, merge_curves
-from ..engine.target import CausalTarget
 from ..errors import UserError
 from ..hardware import describe
 from .base import Option
@@ -176,12 +175,6 @@ def _ngram(proposer, state):
     return p, [length_bin(n)] * (p.tree.size - 1)
 
 
-def _told(proposer, result, tree_tokens):
-    # EAGLE-3 reads its next catch-up's features from the pool's verification forward (the captured
-    # layers' rows of the accepted path, indexed in the merged tree as ``result.path`` is)
-    proposer.update(result)
-
-
 def _recycle(proposer, result, tree_tokens):
     # the matrix takes the target's top-k at every node the pool verified (the paper's "all
     # verified positions"), not only its own nodes
@@ -191,7 +184,7 @@ def _recycle(proposer, result, tree_tokens):
 
 SOURCES: dict[str, SourceKind] = {
     "eagle": SourceKind(_decoder_source(Eagle), _ranked, "rank"),
-    "eagle3": SourceKind(_decoder_source(Eagle3), _ranked, "rank", _told),
+    "eagle3": SourceKind(_decoder_source(Eagle3), _ranked, "rank"),
     "suffix": SourceKind(_decoder_source(Suffix), _suffix, "match length bin"),
     "recycling": SourceKind(_decoder_source(Recycling), _ranked, "rank", _recycle),
     "prompt_lookup": SourceKind(_ngram_build, _ngram, "n-gram bin"),
@@ -302,7 +295,9 @@ class PoolProposer(Proposer):
     def __init__(self, sources: dict[str, tuple[SourceKind, Proposer]], calibration: Calibration,
                  cost: list[float], device):
         self.sources, self.cal, self.cost, self.dev = sources, calibration, cost, device
+        # what any source reads of the committed positions, the loop keeps for all (each picks its own)
         self.needs_hidden = any(p.needs_hidden for _, p in sources.values())
+        self.capture_layers = tuple(sorted({layer for _, p in sources.values() for layer in getattr(p, "capture_layers", ())}))
         self.accepted = {name: 0 for name in sources}
         self.table: dict[tuple, list[float]] = {}   # (source, depth) -> [tested, sum predicted, accepted]
         self.candidates: list[int] = []
@@ -313,10 +308,8 @@ class PoolProposer(Proposer):
     def propose(self, state: ProposerState) -> Proposal:
         self.root = state.tokens[-1]
         trie: dict[tuple, dict[str, int]] = {}
-        capture: set[int] = set()   # layers whose inputs a source reads back from the forward (EAGLE-3)
         for name, (kind, proposer) in self.sources.items():
             p, bins = kind.draft(proposer, state)
-            capture.update(p.capture)
             toks, parents = p.tokens.tolist(), p.tree.parents.tolist()
             seqs = [()]
             for i, (tok, b) in enumerate(zip(toks, bins), start=1):
@@ -325,9 +318,7 @@ class PoolProposer(Proposer):
         self.trie = trie
         self.candidates.append(len(trie))
         self.kept = self._cut(trie)
-        merged = trie_proposal(self.kept, self.dev)
-        merged.capture = tuple(sorted(capture))
-        return merged
+        return trie_proposal(self.kept, self.dev)
 
     def node_p(self, seq: tuple, sources: dict[str, int]) -> float:
         return max(self.cal.p(s, len(seq), b) for s, b in sources.items())
@@ -428,22 +419,8 @@ class Pool(TreeDecoder):
                             f"{', '.join(SOURCES)}")
         self.factories = {s["name"]: (SOURCES[s["name"]], SOURCES[s["name"]].build(
             model, tokenizer, {k: v for k, v in s.items() if k != "name"})) for s in self.cfg["sources"]}
-        self.share_target()
         self.cost = read_cost(self.cfg["cost"], self.cfg["total"], self.device)
         self.calibration = Calibration(tuple(self.cfg["prior"]))
-
-    def share_target(self) -> None:
-        """Sources whose decoder keeps layers' inputs from the prefill (EAGLE-3's fused layers) get
-        the pool's target, which keeps them all: the pool's prefill is the one their first catch-up
-        reads (later steps read the pool's verification forwards through ``Proposal.capture``)."""
-        owners = [b.__self__ for _, b in self.factories.values()
-                  if getattr(getattr(getattr(b, "__self__", None), "target", None), "capture", ())]
-        layers = sorted({layer for o in owners for layer in o.target.capture})
-        if not layers:
-            return
-        self.target = CausalTarget(self.model, capture=layers)
-        for o in owners:
-            o.target = self.target
 
     def make_proposer(self, input_ids):
         if not self.cfg["hot_start"]:

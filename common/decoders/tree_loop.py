@@ -13,7 +13,11 @@ Proposers are separate from the verifier (transformers' candidate-generator spli
 model, the target skipping layers and Medusa heads hand a :class:`Proposal` to the same loop;
 prompt decoding's prompt tokens and FIRP's predicted hidden states ride along inside the
 verification forward as injected positions, and the proposer reads what it needs back from
-:class:`StepResult` (their final states, captured layer inputs, the accepted path).
+:class:`StepResult` (their final states, the accepted path). A proposer that reads the committed
+positions' states names them once (``needs_hidden``: the final states; ``capture_layers``: the
+inputs of some decoder layers, EAGLE-3's fused features): the loop keeps them from the prefill and
+from every verification forward (the accepted path's rows) and hands them over in
+:class:`ProposerState`, so no proposer builds a target of its own to see them.
 
 Acceptance is a rule object (:mod:`common.engine.acceptance`) chosen by the ``acceptance`` option:
 by default ``greedy`` at temperature 0 (exact: the output is the target's greedy tokens) and
@@ -79,6 +83,9 @@ class ProposerState:
         sample_tree: the rule needs each node's children drawn without replacement from the
             draft distribution the proposal reports (``tree_speculative``); a proposer that
             builds trees can then draw them (EAGLE's static tree), others ignore it.
+        captured: ``{layer: [k, H]}`` inputs of the decoder layers the proposer names in
+            ``capture_layers``, at the same ``k`` committed positions as ``hidden``; ``None``
+            when it names none.
     """
     prompt: torch.Tensor
     tokens: list[int]
@@ -89,6 +96,7 @@ class ProposerState:
     top_p: float = 1.0
     top_k: int = 0
     sample_tree: bool = False
+    captured: dict[int, torch.Tensor] | None = None
 
     def process(self, logits: torch.Tensor) -> torch.Tensor:
         """``[..., V]`` draft logits -> the probabilities to draw from (the decoder's
@@ -113,13 +121,11 @@ class Proposal:
             rules with ``needs_draft_probs`` (speculative sampling), ignored otherwise.
         injections: extra positions for the verification forward (prompt tokens, pseudo
             states); their final states come back in ``StepResult.verified.extra_hidden``.
-        capture: layers whose inputs the proposer wants back (``verified.captured``).
     """
     tree: TreeBuffers
     tokens: torch.Tensor
     draft_probs: torch.Tensor | None = None
     injections: Sequence[Injection] = ()
-    capture: Sequence[int] = ()
 
 
 @dataclass
@@ -149,6 +155,8 @@ class Proposer:
     """Interface of a candidate source. One instance serves one ``generate`` call."""
 
     needs_hidden = False  # ask the verifier for target final states (Medusa heads, early-exit heads)
+    # decoder layers whose inputs it reads at the committed positions (``ProposerState.captured``)
+    capture_layers: tuple[int, ...] = ()
 
     def propose(self, state: ProposerState) -> Proposal:
         """The tree below ``state.tokens[-1]``, at most ``state.remaining - 1`` deep. The loop
@@ -289,10 +297,11 @@ class TreeDecoder(Decoder):
         times = StepTimes(self.device)  # step 0: the proposer's set-up and the prefill
         gen = self.generator()
         proposer = self.make_proposer(input_ids)
-        want_hidden = proposer.needs_hidden
+        want_hidden, capture = proposer.needs_hidden, tuple(getattr(proposer, "capture_layers", ()))
         t0 = device_clock(self.device)
-        logits, hidden = self.target.start(input_ids, want_hidden=want_hidden)
+        logits, hidden = self.target.start(input_ids, want_hidden=want_hidden, capture=capture)
         prefill_s = device_clock(self.device) - t0
+        captured = self.target.captured if capture else None
         tokens = [self.rule.next_token(logits, gen)]
         accept_lengths = [1]  # the prefill is step 1 (Spec-Bench)
         proposed, accepted = [0], [0]  # proposed tokens and accepted proposed tokens per step
@@ -304,7 +313,7 @@ class TreeDecoder(Decoder):
         while not done:
             state = ProposerState(input_ids, tokens, hidden, max_new_tokens - len(tokens),
                                   self.cfg["temperature"], gen, self.cfg["top_p"], self.cfg["top_k"],
-                                  self.rule.needs_draft_probs and not self.rule.chain_only)
+                                  self.rule.needs_draft_probs and not self.rule.chain_only, captured)
             step, tree_tokens = verify_step(self.target, self.rule, proposer, state, gen, self.lazy_head)
             proposal, path, verified, nxt = step.proposal, step.path, step.verified, step.next_token
             new = tree_tokens[path[1:]].tolist() + [nxt]
@@ -312,6 +321,7 @@ class TreeDecoder(Decoder):
             injected.append(_full_positions(proposal.injections, self.target.model))
             accepted.append(path.numel() - 1)
             hidden = verified.hidden[path][None] if want_hidden else None
+            captured = {layer: verified.captured[layer][path] for layer in capture} if capture else None
             before = len(tokens)
             tokens, done = self.truncate(tokens + new, max_new_tokens)
             accept_lengths.append(len(tokens) - before)
@@ -351,11 +361,11 @@ def generate_candidates(proposer: Proposer, state: ProposerState, rule: acc.Acce
 
 
 def tree_decoding(target: Target, tree_tokens: torch.Tensor, proposal: Proposal,
-                  lazy_head: bool) -> tuple[torch.Tensor | None, Verified]:
+                  lazy_head: bool, capture: Sequence[int] = ()) -> tuple[torch.Tensor | None, Verified]:
     """One target forward over the ``[n]`` tree tokens and the proposal's injected positions;
     returns ``[n, V]`` node logits (None with ``lazy_head``: the rule computes the rows it
-    reads) and the forward's states."""
-    return target.verify(tree_tokens, proposal.tree, proposal.injections, proposal.capture, head=not lazy_head)
+    reads) and the forward's states (with the inputs of layers ``capture`` at every node)."""
+    return target.verify(tree_tokens, proposal.tree, proposal.injections, capture, head=not lazy_head)
 
 
 def evaluate_posterior(target: Target, rule: acc.AcceptanceRule, proposal: Proposal, tree_tokens: torch.Tensor,
@@ -398,7 +408,7 @@ def verify_step(target: Target, rule: acc.AcceptanceRule, proposer: Proposer, st
     proposal, tree_tokens = generate_candidates(proposer, state, rule, root, target.device)
     t1 = device_clock(target.device)
     prefix_len = target.length
-    logits, verified = tree_decoding(target, tree_tokens, proposal, lazy)
+    logits, verified = tree_decoding(target, tree_tokens, proposal, lazy, getattr(proposer, "capture_layers", ()))
     path, nxt = evaluate_posterior(target, rule, proposal, tree_tokens, logits, verified, gen)
     update_inputs_and_kv(target, prefix_len, path)
     result = StepResult(proposal, path, verified, nxt, propose_s=t1 - t0, verify_s=device_clock(target.device) - t1)

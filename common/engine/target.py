@@ -101,18 +101,32 @@ class Target:
         """``[1, L]`` ids the cache holds once ``tokens`` (new tokens, in order) are committed."""
         raise NotImplementedError
 
-    def start(self, prompt: torch.Tensor, want_hidden: bool = False):
+    def start(self, prompt: torch.Tensor, want_hidden: bool = False, capture: Sequence[int] = ()):
         """Begin a sequence: prefill ``prompt`` (``[1, S]``).
 
+        Args:
+            capture: decoder layers whose inputs this sequence's prefill and extensions keep in
+                ``captured`` (``{layer: [q, H]}``, the last forward's positions): a proposer that
+                reads intermediate states of the committed positions (EAGLE-3's fused features)
+                names them (``Proposer.capture_layers``) and the tree loop asks here.
         Returns:
             ``([V] logits of the first new token, [1, k, H] final normed states or None)``.
         """
+        self.set_capture(capture)
         self.begin(prompt)
         self.forwards, self.forward_s = 0, 0.0
         if self.calls is not None:
             self.calls = []
         logits, hidden = self._timed(self._forward, self.sequence([]), 1, want_hidden)
         return logits[-1], hidden
+
+    capture: tuple[int, ...] = ()  # layers whose inputs the forwards keep (set by :meth:`start`)
+
+    def set_capture(self, capture: Sequence[int]) -> None:
+        """Keep the inputs of decoder layers ``capture`` in this sequence's forwards (``captured``)."""
+        if capture:
+            raise UserError(f"a {self.kind} target keeps no layer inputs; valid: proposers that read none "
+                            "(capture_layers empty)")
 
     def sync(self, tokens: Sequence[int]) -> torch.Tensor:
         """Feed whatever of the sequence holding ``tokens`` the cache lacks; ``[V]`` logits of
@@ -173,17 +187,17 @@ class CausalTarget(Target):
     """Decoder-only LMs: the sequence is prompt ++ new tokens."""
 
     kind = "causal"
-    # decoder layers whose inputs every prefill or extension keeps (``captured``): a proposer that
-    # reads intermediate states of committed positions (EAGLE-3's fused features) gets the
-    # prompt's from the prefill; a verification forward returns its own (``Verified.captured``)
-    capture: tuple[int, ...] = ()
 
-    def __init__(self, model, capture: Sequence[int] = ()):
+    def __init__(self, model):
         super().__init__(model)
-        if capture:
-            check_layers(list(capture), num_layers(model), "captured layer", lo=0)
-        self.capture = tuple(capture)
         self.captured: dict[int, torch.Tensor] = {}  # {layer: [q, H]} of the last prefill/extension
+
+    def set_capture(self, capture: Sequence[int]) -> None:
+        # the prefill's and extensions' layer inputs (a verification forward returns its own:
+        # ``Verified.captured``)
+        if capture:
+            check_layers(list(capture), num_layers(self.model), "captured layer", lo=0)
+        self.capture, self.captured = tuple(capture), {}
 
     def begin(self, prompt):
         self.prompt = prompt

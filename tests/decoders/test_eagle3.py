@@ -146,15 +146,17 @@ def test_training_learns_resumes_exactly_and_decodes_exactly(model, trained, tmp
 
 def test_the_target_keeps_the_fused_layers_inputs(model):
     prompt = torch.tensor([[1, 5, 6, 7, 8, 9]])
-    plain, capturing = CausalTarget(model), CausalTarget(model, capture=(0, 2))
+    plain, capturing = CausalTarget(model), CausalTarget(model)
     logits, _ = plain.start(prompt)
-    logits_c, _ = capturing.start(prompt)
+    logits_c, _ = capturing.start(prompt, capture=(0, 2))
     assert torch.equal(logits, logits_c)  # keeping states changes nothing the target computes
     ref = layer_states(model, prompt, [0, 2])
     for layer in (0, 2):
         torch.testing.assert_close(capturing.captured[layer], ref[layer][0])
+    capturing.start(prompt)  # the next sequence keeps nothing unless asked again
+    assert capturing.capture == () and capturing.captured == {}
     with pytest.raises(UserError, match="outside the model"):
-        CausalTarget(model, capture=(4,))
+        CausalTarget(model).start(prompt, capture=(4,))
 
 
 class _Vocab:
@@ -258,9 +260,9 @@ def _only_tokens(shard, n: int):
 
 
 def test_the_proposer_catches_up_on_the_fused_layers_of_the_committed_sequence(model, trained, one_thread):
-    """Before each step the proposer holds, for the positions the last target forward committed
-    (the prompt after the prefill, the accepted path after a step), the fused layers' inputs a
-    full forward over the committed sequence gives there."""
+    """Before each step the loop hands the proposer, for the positions the last target forward
+    committed (the prompt after the prefill, the accepted path after a step), the fused layers'
+    inputs a full forward over the committed sequence gives there."""
     dec = Eagle3(model, head=str(trained[1]), mode="dynamic", depth=3, topk=3, total=8)
     dec.eos = set()
     seen = []
@@ -271,7 +273,7 @@ def test_the_proposer_catches_up_on_the_fused_layers_of_the_committed_sequence(m
 
         def propose(state):
             out = inner(state)
-            seen.append((state.ids.shape[1], prop.pending.clone()))
+            seen.append((state.ids.shape[1], torch.cat([state.captured[l] for l in LAYERS], -1).clone()))
             return out
         prop.propose = propose
         return prop

@@ -206,20 +206,28 @@ def test_eagle3_reads_its_fused_features_from_the_pools_forwards(chaotic_llama, 
     from common.decoders.eagle3 import Eagle3
     e3 = Eagle3.test_configs(chaotic_llama, tmp_path)[1]
     dec = get_decoder("pool", chaotic_llama, sources=[{"name": "eagle3", **e3}, {"name": "suffix"}], total=6)
-    layers = tuple(dec.factories["eagle3"][1].__self__.head.layers)
-    # the pool's prefill keeps the fused layers' inputs, and the source reads that target, not its own
-    assert dec.target.capture == layers and dec.factories["eagle3"][1].__self__.target is dec.target
     ids = torch.tensor([[1, 77, 3, 3, 3, 12, 60, 61]])
-    seen = []
     proposer = dec.make_proposer(ids)
+    e3_proposer = proposer.sources["eagle3"][1]
+    layers = tuple(e3_proposer.head.layers)
+    # the pool names its sources' layers, so the loop keeps them from the pool's own forwards
+    assert proposer.capture_layers == layers and not proposer.needs_hidden
+    seen, forwards = [], []
+    propose = e3_proposer.propose
+    e3_proposer.propose = lambda state: (seen.append((set(state.captured), len(state.tokens),
+                                                      {state.captured[l].shape[0] for l in layers})),
+                                         propose(state))[1]
     update = proposer.update
-    proposer.update = lambda result: (seen.append((tuple(result.proposal.capture), set(result.verified.captured))),
+    proposer.update = lambda result: (forwards.append((set(result.verified.captured), result.path.numel())),
                                       update(result))[1]
     dec.make_proposer = lambda input_ids: proposer
     out = dec.generate(ids, 12)
     assert out.tokens == get_decoder("vanilla", chaotic_llama).generate(ids, 12).tokens
-    # every merged proposal asked for the fused layers, and every forward returned them
-    assert seen and all(cap == layers and got == set(layers) for cap, got in seen)
+    # every forward kept the fused layers; the source saw the prompt's rows first, then each
+    # accepted path's (root first: one row per committed position)
+    assert forwards and all(got == set(layers) for got, _ in forwards)
+    assert seen[0] == (set(layers), 1, {ids.shape[1]})
+    assert [rows for _, _, rows in seen[1:]] == [{n} for _, n in forwards[:len(seen) - 1]]
     assert set(out.stats["pool_accepted"]) == {"eagle3", "suffix"}
 
 
