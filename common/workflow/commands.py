@@ -92,14 +92,16 @@ def eagle_flags(c: Mapping) -> str:
 def eagle3_flags(c: Mapping) -> str:
     """``common.components.eagle3_head`` flags of the profile's recipe (components.eagle3): the
     stopping flags, the optimizer, the training-time test and the draft vocabulary; ``layers``
-    and ``corpus_tokens`` only where set (null: the trainer's defaults, the code's layers and the
-    whole corpus)."""
+    ``corpus_tokens`` and ``precision`` only where set (null or absent: the trainer's defaults, the
+    code's layers, the whole corpus, float32)."""
     flags = [stopping_flags(c), f"--lr {c['lr']} --batch-size {c['batch_size']}", f"--head-max-len {c['max_len']}",
              f"--ttt-steps {c['ttt_steps']} --step-decay {c['step_decay']} --draft-vocab {c['draft_vocab']}"]
     if c.get("layers"):
         flags.append("--layers " + ",".join(str(l) for l in c["layers"]))
     if c.get("corpus_tokens"):
         flags.append(f"--corpus-tokens {c['corpus_tokens']}")
+    if c.get("precision"):
+        flags.append(f"--precision {c['precision']}")
     return " ".join(flags)
 
 

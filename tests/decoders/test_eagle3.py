@@ -144,6 +144,36 @@ def test_training_learns_resumes_exactly_and_decodes_exactly(model, trained, tmp
     assert accepted > 0  # a trained head's drafts are taken: the fused features reach the proposer
 
 
+def test_bf16_training_learns_its_steps_in_bf16_and_evaluates_in_fp32(model, trained, tmp_path, monkeypatch,
+                                                                       one_thread):
+    """``precision=bfloat16``: the training steps' frozen pass is a bf16 copy and the head runs under
+    bf16 autocast; the held-out evaluation stays fp32 (as decoding runs); the weights stay fp32, the
+    head still learns, and its checkpoint is not resumed by an fp32 training."""
+    data = trained[0]
+    real, seen = e3.teacher_outputs, []
+
+    def spying(m, *a, **k):
+        states = real(m, *a, **k)
+        seen.append((torch.is_grad_enabled(), next(m.parameters()).dtype, states[0].dtype))
+        return states
+    monkeypatch.setattr(e3, "teacher_outputs", spying)
+    stats = _train(model, data, tmp_path / "bf", precision="bfloat16")
+    steps = [(dt, st) for grad, dt, st in seen if grad]
+    evals = [(dt, st) for grad, dt, st in seen if not grad]
+    assert len(steps) == 24 and set(steps) == {(torch.bfloat16, torch.bfloat16)}
+    assert evals and set(evals) == {(torch.float32, torch.float32)}
+    assert next(model.parameters()).dtype == torch.float32  # the copy is the bf16 one, not the model
+    assert stats["precision"] == "bfloat16" and trained[2]["precision"] == "float32"
+    state = torch.load(tmp_path / "bf" / "head.pt", weights_only=False)
+    assert all(v.dtype == torch.float32 for k, v in state["module"].items() if k != "keep")
+    curve = [json.loads(l) for l in (tmp_path / "bf" / "curve.jsonl").read_text().splitlines()]
+    assert curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
+    with pytest.raises(UserError):  # another training's checkpoint: refused, not resumed
+        _train(model, data, tmp_path / "bf", precision="float32")
+    with pytest.raises(UserError, match="precision 'fp16' is invalid; valid: float32, bfloat16"):
+        e3.check_precision("fp16")
+
+
 def test_the_target_keeps_the_fused_layers_inputs(model):
     prompt = torch.tensor([[1, 5, 6, 7, 8, 9]])
     plain, capturing = CausalTarget(model), CausalTarget(model)
@@ -215,7 +245,7 @@ def test_the_command_line_trains_on_the_corpus_with_the_rules_flags(model, tmp_p
     from common.config import load_profile
     from common.workflow.commands import eagle3_flags
 
-    recipe = {**load_profile(None, "smoke").raw["components"]["eagle3"], "layers": [1, 2, 3]}
+    recipe = {**load_profile(None, "smoke").raw["components"]["eagle3"], "layers": [1, 2, 3], "precision": "bfloat16"}
     cdir = tiny_corpus(tmp_path / "corpus", model, max_shards=1, answer_tokens=12, batch_size=4)
     monkeypatch.setattr(cli, "load_model", lambda name, **kw: (model, None))
     with frozen(model):
@@ -226,6 +256,7 @@ def test_the_command_line_trains_on_the_corpus_with_the_rules_flags(model, tmp_p
     assert stats["component"] == "eagle3_head" and stats["fused_layers"] == [1, 2, 3]
     assert stats["steps"] == recipe["max_steps"] and stats["ttt_steps"] == recipe["ttt_steps"]
     assert stats["draft_vocab"] == recipe["draft_vocab"] and stats["max_len"] == recipe["max_len"]
+    assert stats["precision"] == "bfloat16"
     assert stats["weights_path"] == str(tmp_path / "head") and (tmp_path / "head" / "tree_8.json").is_file()
     curve = [json.loads(l) for l in (tmp_path / "curve.jsonl").read_text().splitlines()]
     every = recipe["eval_every"]
