@@ -28,6 +28,11 @@ def head_label(head: str, options: Mapping[str, Mapping]) -> str | None:
     return hits[0] if hits else None
 
 
+def precision(stats: Mapping) -> str:
+    """A training record's precision of its steps (records before the option trained in float32)."""
+    return stats.get("precision") or "float32"
+
+
 def adds(prev: Mapping | None, cur: Mapping) -> str:
     """What training record ``cur`` changes from ``prev`` (the row before), in words."""
     if prev is None:
@@ -38,6 +43,8 @@ def adds(prev: Mapping | None, cur: Mapping) -> str:
         out.append(f"fused features (layers {', '.join(map(str, layers))})" if layers else "another head")
     if prev.get("ttt_steps", 1) != cur.get("ttt_steps", 1):
         out.append(f"training-time test ({cur.get('ttt_steps', 1)} steps)")
+    if precision(prev) != precision(cur):  # a confound, not an ingredient: the row says so
+        out.append(f"{precision(cur)} training steps")
     pc, cc = prev.get("corpus") or {}, cur.get("corpus") or {}
     if pc.get("dir") != cc.get("dir") or pc.get("answer_tokens") != cc.get("answer_tokens"):
         out.append(f"corpus {cc.get('dir')} ({cc.get('answer_tokens', 0):,} answer tokens)")
@@ -54,7 +61,7 @@ def ablation_rows(heads: list[str], stats: Mapping[str, Mapping], summary: pd.Da
         summary: :func:`common.harness.report.summarize` of the ablation's run (one row per label).
         options: the run's labels -> decoder options (which label drafts with which head).
     Returns:
-        columns ``head, adds, label, answer_tokens, steps, train_h, stopped, top1_d1..top1_d4``
+        columns ``head, adds, label, answer_tokens, precision, steps, train_h, stopped, top1_d1..top1_d4``
         (held-out top-1 at each depth given correct ancestors: ``depth_acc_top1``),
         ``tau_predicted`` (the 8-node static tree's expected accepted length from those rates),
         ``tau``, ``speedup``, ``speedup_lo``, ``speedup_hi``, ``identical``.
@@ -68,7 +75,7 @@ def ablation_rows(heads: list[str], stats: Mapping[str, Mapping], summary: pd.Da
         acc = list(s.get("depth_acc_top1") or [])
         row = {"head": h, "adds": adds(prev, s), "label": label or "not benchmarked",
                "answer_tokens": (s.get("corpus") or {}).get("answer_tokens", s.get("answer_tokens")),
-               "steps": s.get("steps"), "train_h": (s.get("train_wall_s") or 0.0) / 3600, "stopped": s.get("stopped")}
+               "precision": precision(s), "steps": s.get("steps"), "train_h": (s.get("train_wall_s") or 0.0) / 3600, "stopped": s.get("stopped")}
         row.update({f"top1_d{d + 1}": acc[d] if d < len(acc) else None for d in range(DEPTHS)})
         row["tau_predicted"] = (s.get("tree_expected_accept_length") or {}).get("8")
         for col, src in (("tau", "mean_accepted_length"), ("speedup", "speedup"), ("speedup_lo", "speedup_lo"),

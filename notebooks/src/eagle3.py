@@ -15,6 +15,9 @@
 # training records' `depth_acc_top1`), the expected accepted length of the 8-node tree those rates predict
 # (`tau_predicted`), the measured `tau` (new tokens per target forward) and speedup over vanilla in the
 # same run with its 95% interval, and the outputs identical to vanilla's (greedy, fp32: lossless).
+# `precision` is that of the training steps (bfloat16: the frozen pass and the head's steps in bf16, its
+# weights fp32); the held-out metrics and the benchmark run the head in fp32 either way. Where it
+# differs from the row before, `adds` says so: it is a confound of that row, not an ingredient.
 
 # %%
 from pathlib import Path

@@ -37,6 +37,10 @@ def test_each_row_says_what_it_adds_from_the_records():
     assert adds(FUSED, TTT) == "training-time test (7 steps)"
     assert adds(TTT, DATA) == "corpus results/corpus/embedded-turns (5,000 answer tokens)"
     assert adds(TTT, TTT) == "nothing (same recipe)"
+    # the precision of the training steps differs from the row before: said, beside what it adds
+    bf16 = {**TTT, "precision": "bfloat16"}
+    assert adds(FUSED, bf16) == "training-time test (7 steps) + bfloat16 training steps"
+    assert adds(bf16, {**DATA, "precision": "bfloat16"}) == adds(TTT, DATA)
 
 
 def test_rows_join_each_head_with_the_label_that_drafts_with_it():
@@ -50,6 +54,7 @@ def test_rows_join_each_head_with_the_label_that_drafts_with_it():
     assert table.top1_d1.tolist() == [0.5, 0.52, 0.53, 0.53]
     assert pd.isna(table.top1_d3.iloc[1])   # a record measured to depth 2 leaves depth 3 empty
     assert table.identical.iloc[0] == "2/2" and table.train_h.iloc[1] == 2.0
+    assert set(table.precision) == {"float32"}   # records without the key trained in float32
 
 
 def test_a_head_drafted_by_two_labels_is_ambiguous():
