@@ -135,6 +135,28 @@ def top(acc, k: int) -> float:
     return float(np.sum(acc[:k]))
 
 
+MAP_TRAININGS = {"separate": "trained separately, one training per map (the paper's section 3.3)",
+                 "joint": "trained jointly, one training on the K steps' summed loss (the paper trains them "
+                          "separately, K trainings; firp/train.py --mode joint)"}
+
+
+def maps_training(stats) -> str | None:
+    """How the maps of the training records ``stats`` were trained, in words (records without
+    ``mode`` predate the option and trained jointly); K = 1 maps are the same either way. None
+    without records."""
+    modes = {}
+    for s in stats:
+        modes.setdefault(s.get("mode") or "joint", []).append(s)
+    words = []
+    for mode, group in sorted(modes.items()):
+        single = all(s.get("steps_k") == 1 for s in group)
+        words.append("one map each (K = 1: separate and joint training are the same)" if single
+                     else MAP_TRAININGS[mode])
+    if not words:
+        return None
+    return words[0] if len(words) == 1 else "mixed: " + "; ".join(words)
+
+
 def training(s: dict) -> dict:
     """What one sweep training (its stats ``s``) saw, cost and why it ended: 'max steps', 'flat'
     (the sweep recipe's patience) or 'wall budget' (config ``firp.variants``)."""

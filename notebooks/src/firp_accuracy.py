@@ -25,8 +25,8 @@ import numpy as np
 
 from common.harness import report
 from common.harness.render import Render, paper_numbers
-from firp.tables import (KS, at_least, check_trainings, layer_table, mask_table, method_names, middle_layer,
-                         model_cut, second_step_table, seen_by, top, topk_frame, topk_table)
+from firp.tables import (KS, at_least, check_trainings, layer_table, maps_training, mask_table, method_names,
+                         middle_layer, model_cut, second_step_table, seen_by, top, topk_frame, topk_table)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -50,6 +50,8 @@ meta = {"model": ", ".join(sorted({r["model"] for r in records})), "profile": pr
         "hardware": ", ".join(sorted({r["hardware"] for r in records})),
         "code_version": ", ".join(sorted({r["code_version"] for r in records})),
         "sources": ", ".join(str(p) for p in inputs)}
+if maps_training(stats.values()):  # the layer sweeps' trainings (Figure 3 reads scores, not trainings)
+    meta["maps"] = maps_training(stats.values())
 
 
 def check(ok, what):

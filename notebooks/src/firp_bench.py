@@ -23,8 +23,8 @@ import pandas as pd
 
 from common.harness.render import Render, paper_numbers
 from common.harness.report import components_line, provenance
-from firp.tables import (accepted_length_table, best_of, draft_params, method_table, mt_bench_table, paper_speedups,
-                         paper_table1, quality_table)
+from firp.tables import (accepted_length_table, best_of, draft_params, maps_training, method_table, mt_bench_table,
+                         paper_speedups, paper_table1, quality_table)
 
 R = Render(artifact_id, results_root, package, profile, inputs)  # the declared inputs, staged outputs
 inputs = R.inputs
@@ -38,7 +38,8 @@ paper = paper_numbers(package)
 records = [r for recs in benches.values() for r in recs]
 meta = {**provenance(records), "sources": ", ".join(str(p) for p in inputs),
         # the datasets run in different sessions: the same maps and heads in each?
-        "components": components_line({f"bench_{k}": v for k, v in benches.items()})}
+        "components": components_line({f"bench_{k}": v for k, v in benches.items()}),
+        "maps": maps_training([firp_stats])}
 DRAFT = draft_params(firp_stats, medusa_stats)  # the paper's "draft size" per method
 meta
 

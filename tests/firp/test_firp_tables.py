@@ -137,3 +137,13 @@ def test_the_committed_figure_citations_name_the_papers_models():
     from common.harness.render import paper_numbers
     paper = paper_numbers("firp")
     assert len(T.paper_models(paper["fig5"])) == len(T.paper_models(paper["fig6"])) == 2
+
+
+def test_the_header_says_how_the_maps_were_trained():
+    joint = {"steps_k": 3}                       # a record before the option: trained jointly
+    assert T.maps_training([joint]).startswith("trained jointly") and "the paper trains them separately" in \
+        T.maps_training([joint])
+    assert T.maps_training([{"steps_k": 3, "mode": "separate"}]).startswith("trained separately")
+    assert T.maps_training([{"steps_k": 1}, {"steps_k": 1, "mode": "separate"}]).count("K = 1") == 2
+    assert T.maps_training([joint, {"steps_k": 2, "mode": "separate"}]).startswith("mixed: ")
+    assert T.maps_training([]) is None
