@@ -101,7 +101,7 @@ from ..checkpoints import fingerprint
 from ..engine.fast import cast_copy
 from ..engine.forward import attention_mask_4d, backbone, causal_allow, embed, num_layers
 from ..errors import UserError, check_range
-from ..hardware import bf16_note
+from ..hardware import cpu_supports
 from ..training import corpus as corpus_mod
 from .reduced_head import frequency_order
 
@@ -518,7 +518,7 @@ def _main(argv=None) -> None:
 
     def run(a, model, tok, data, cfg, stop):
         layers = _parse_layers(a.layers) or default_layers(num_layers(model))
-        if bf16_note(a.precision, str(model.device)):  # the head's autocast has no fast path either
+        if a.precision == "bfloat16" and model.device.type == "cpu" and not cpu_supports(torch.bfloat16):
             print("note: this CPU has no bf16 kernels: --precision bfloat16 runs the frozen pass at about float32's "
                   "speed and the head's bf16 autocast slower than float32 (PyTorch's own bf16 GEMM); valid here: "
                   "--precision float32", file=sys.stderr)

@@ -297,7 +297,7 @@ class PoolProposer(Proposer):
         self.sources, self.cal, self.cost, self.dev = sources, calibration, cost, device
         # what any source reads of the committed positions, the loop keeps for all (each picks its own)
         self.needs_hidden = any(p.needs_hidden for _, p in sources.values())
-        self.capture_layers = tuple(sorted({layer for _, p in sources.values() for layer in getattr(p, "capture_layers", ())}))
+        self.capture_layers = tuple(sorted({layer for _, p in sources.values() for layer in p.capture_layers}))
         self.accepted = {name: 0 for name in sources}
         self.table: dict[tuple, list[float]] = {}   # (source, depth) -> [tested, sum predicted, accepted]
         self.candidates: list[int] = []

@@ -297,7 +297,7 @@ class TreeDecoder(Decoder):
         times = StepTimes(self.device)  # step 0: the proposer's set-up and the prefill
         gen = self.generator()
         proposer = self.make_proposer(input_ids)
-        want_hidden, capture = proposer.needs_hidden, tuple(getattr(proposer, "capture_layers", ()))
+        want_hidden, capture = proposer.needs_hidden, tuple(proposer.capture_layers)
         t0 = device_clock(self.device)
         logits, hidden = self.target.start(input_ids, want_hidden=want_hidden, capture=capture)
         prefill_s = device_clock(self.device) - t0
@@ -408,7 +408,7 @@ def verify_step(target: Target, rule: acc.AcceptanceRule, proposer: Proposer, st
     proposal, tree_tokens = generate_candidates(proposer, state, rule, root, target.device)
     t1 = device_clock(target.device)
     prefix_len = target.length
-    logits, verified = tree_decoding(target, tree_tokens, proposal, lazy, getattr(proposer, "capture_layers", ()))
+    logits, verified = tree_decoding(target, tree_tokens, proposal, lazy, proposer.capture_layers)
     path, nxt = evaluate_posterior(target, rule, proposal, tree_tokens, logits, verified, gen)
     update_inputs_and_kv(target, prefix_len, path)
     result = StepResult(proposal, path, verified, nxt, propose_s=t1 - t0, verify_s=device_clock(target.device) - t1)

@@ -11,7 +11,7 @@ import torch
 from common.decoders import get_decoder
 from common.decoders.pool import (SOURCES, Calibration, NgramProposer, PoolProposer, SourceKind, best_size,
                                   length_bin, read_cost, trie_proposal)
-from common.decoders.tree_loop import ProposerState, StepResult
+from common.decoders.tree_loop import Proposer, ProposerState, StepResult
 from common.errors import UserError, cli_main
 from common.hardware import describe
 
@@ -22,9 +22,8 @@ def _state(tokens, remaining=20, prompt=(1, 2)):
     return ProposerState(torch.tensor([list(prompt)]), list(tokens), None, remaining, 0.0, None)
 
 
-class Fixed:
+class Fixed(Proposer):
     """A stub proposer: the same token paths below any root."""
-    needs_hidden = False
 
     def __init__(self, paths):
         self.paths = paths
